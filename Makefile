@@ -1,0 +1,30 @@
+# Two commands on a fresh machine (Python 3.11 + pip): `make demo`, `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+export OPENBLAS_NUM_THREADS ?= 1
+export OPTSCHED_PEER_DATA ?= $(abspath ../shared/data)
+
+.PHONY: demo test bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/optsched solve
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) bench/solve_scaling.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

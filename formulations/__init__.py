@@ -1,0 +1,1 @@
+"""One module per policy: build(inst, **options) -> Program (see base.py)."""

@@ -1,0 +1,160 @@
+"""Command line: `optsched solve | schema | simulate | compare | trace`.
+
+Heavy libraries (cvxpy, jax, ortools) are imported inside commands so that
+`optsched --help` stays fast. User errors print one line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from optsched.model import OptschedError
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, help="Optimization-based GPU cluster scheduling.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def user_errors(fn):
+    """Turn OptschedError (and unreadable files) into one line on stderr, exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OptschedError as e:
+            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+            err_console.print(f"[bold red]error:[/] {e.strerror}: {e.filename}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+
+    return wrapper
+
+
+def example_snapshot_text() -> str:
+    return resources.files("optsched").joinpath("data/example_snapshot.json").read_text()
+
+
+@app.command()
+@user_errors
+def solve(
+    snapshot: Optional[Path] = typer.Argument(None, help="Snapshot JSON (`-` for stdin); the built-in example if omitted."),
+    policy: str = typer.Option("max_min_fairness", "--policy", "-p", help="Scheduling policy (see `optsched policies`)."),
+    solver: str = typer.Option("clarabel", "--solver", help="clarabel | highs | highs-simplex | scs"),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Solver time limit, seconds."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    packing: bool = typer.Option(False, "--packing", help="Allow space sharing (policies that support it)."),
+    placement: bool = typer.Option(False, "--placement", help="Also compute the next round's GPU placement."),
+    placement_policy: str = typer.Option("consolidated", "--placement-policy", help="consolidated | first_fit | cpsat"),
+):
+    """Solve a policy on a cluster snapshot: allocation, explanation (and placement)."""
+    from optsched.model import parse_snapshot
+    from optsched.policy import solve as solve_policy
+
+    if snapshot is None:
+        text = example_snapshot_text()
+    elif str(snapshot) == "-":
+        text = sys.stdin.read()
+    else:
+        text = snapshot.read_text()
+    snap = parse_snapshot(text)
+    options = {"packing": True} if packing else {}
+    alloc = solve_policy(snap, policy=policy, solver=solver, time_limit=time_limit, **options)
+    out = alloc.to_dict()
+    if placement:
+        from optsched.allocator import Allocator
+
+        allocator = Allocator.from_snapshot(snap, placement=placement_policy)
+        out.update(allocator.next_round(snap, alloc).to_dict())
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        _print_solution(snap, out)
+
+
+def _print_solution(snap, out: dict) -> None:
+    ex = out["explanation"]
+    obj = out["objective"]
+    console.print(
+        f"[bold]{out['policy']}[/]  status [green]{out['status']}[/]  objective "
+        f"{'n/a' if obj is None else f'{obj:.6g}'}  solve {out['solve_seconds'] * 1000:.1f} ms"
+    )
+    types = list(snap.cluster.gpus)
+    table = Table(show_edge=False, header_style="bold")
+    table.add_column("job")
+    table.add_column("model")
+    table.add_column("s", justify="right")
+    for t in types:
+        table.add_column(t, justify="right")
+    table.add_column("steps/s", justify="right")
+    table.add_column("vs equal", justify="right")
+    bottleneck = set(ex.get("bottleneck_jobs", []))
+    for job in snap.jobs:
+        fr = out["allocation"].get(job.id, {})
+        mark = " [yellow]*[/]" if job.id in bottleneck else ""
+        table.add_row(
+            job.id + mark,
+            job.model,
+            str(job.scale_factor),
+            *[f"{fr[t]:.3f}" if fr.get(t) else "·" for t in types],
+            f"{out['effective_throughput'][job.id]:.3g}",
+            f"{ex['share_vs_equal'].get(job.id, 0.0):.2f}×",
+        )
+    console.print(table)
+    prices = ex.get("gpu_price", {})
+    used = ex.get("capacity_used", {})
+    console.print(
+        "GPUs used: "
+        + ", ".join(f"{t} {used.get(t, 0):.1f}/{ex['capacity'][t]:.0f}" for t in types)
+        + ("   price per GPU: " + ", ".join(f"{t} {prices[t]:.3g}" for t in types) if prices else "")
+    )
+    if bottleneck:
+        console.print("[yellow]*[/] bottleneck: these jobs' share cannot rise without lowering another's")
+    if "placement" in out:
+        pt = Table(title="next round placement", show_edge=False, header_style="bold")
+        pt.add_column("job")
+        pt.add_column("GPUs")
+        for jid, slots in out["placement"].items():
+            pt.add_row(jid, ", ".join(f"{s['server']}:{s['gpu']}" for s in slots))
+        console.print(pt)
+        console.print(f"started: {', '.join(out.get('started', [])) or '-'}; preempted: {', '.join(out.get('preempted', [])) or '-'}")
+
+
+@app.command()
+def schema():
+    """Print the snapshot JSON Schema (version 1)."""
+    from optsched.model import snapshot_schema
+
+    typer.echo(json.dumps(snapshot_schema(), indent=2))
+
+
+@app.command()
+def policies():
+    """List the available policies."""
+    from optsched.policy import policy_names
+
+    for name in policy_names():
+        typer.echo(name)
+
+
+def main() -> None:
+    # Register commands that live in higher modules (simulator, traces) when present.
+    try:
+        from optsched import cli_sim  # noqa: F401
+    except ImportError:
+        pass
+    app()
+
+
+if __name__ == "__main__":
+    main()

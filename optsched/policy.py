@@ -1,0 +1,139 @@
+"""The one entry point that pairs a formulation with a solver and decodes the
+result into an Allocation with an explanation (DESIGN.md §2, §3).
+
+A policy is registered as (formulation module, options). The module exposes
+either ``build(inst, **options) -> Program`` (one convex program, solved here)
+or ``allocate(inst, solver=, time_limit=, **options) -> Allocation`` (a custom
+procedure: water filling, priority orders, MILPs with their own fallback).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+import numpy as np
+
+from optsched.model import Allocation, Instance, OptschedError, Snapshot, parse_snapshot
+
+POLICIES: dict[str, tuple[str, dict]] = {
+    "max_min_fairness": ("max_min_fairness", {}),
+    "max_min_fairness_agnostic": ("max_min_fairness", {"agnostic": True}),
+}
+
+DEFAULT_POLICY = "max_min_fairness"
+
+
+def register(name: str, module: str, **options) -> None:
+    POLICIES[name] = (module, options)
+
+
+def policy_names() -> list[str]:
+    return sorted(POLICIES)
+
+
+def _module(name: str):
+    if name not in POLICIES:
+        raise OptschedError(f"policy: unknown policy {name!r} (choose from {', '.join(policy_names())})")
+    module, options = POLICIES[name]
+    return importlib.import_module(f"optsched.formulations.{module}"), dict(options)
+
+
+def solve(
+    snapshot: Snapshot | dict | str,
+    policy: str = DEFAULT_POLICY,
+    solver: str = "clarabel",
+    time_limit: float = 60.0,
+    **options,
+) -> Allocation:
+    """Solve one policy on a snapshot (a Snapshot, a dict, or JSON text)."""
+    snap = snapshot if isinstance(snapshot, Snapshot) else parse_snapshot(snapshot)
+    return solve_instance(Instance.from_snapshot(snap), policy, solver, time_limit, **options)
+
+
+def solve_instance(
+    inst: Instance, policy: str = DEFAULT_POLICY, solver: str = "clarabel", time_limit: float = 60.0, **options
+) -> Allocation:
+    from optsched.solvers import SOLVERS
+
+    if solver not in SOLVERS:
+        raise OptschedError(f"solver: unknown solver {solver!r} (choose from {', '.join(SOLVERS)})")
+    mod, opts = _module(policy)
+    opts.update(options)
+    if inst.n == 0:
+        return Allocation(policy, "optimal", float("nan"), 0.0, (), inst.gpu_types, np.zeros((0, inst.k)), np.zeros(0))
+    if hasattr(mod, "allocate"):
+        return mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts)
+    return solve_program(inst, policy, mod.build, solver, time_limit, **opts)
+
+
+def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: float, **opts) -> Allocation:
+    """Build, solve, decode; on solver failure fall back to the equal share scaled to fit."""
+    from optsched.formulations.base import fallback_allocation
+    from optsched.solvers import solve as run
+
+    t0 = time.perf_counter()
+    program = build(inst, **opts)
+    build_seconds = time.perf_counter() - t0
+    sol = run(program.problem, solver=solver, time_limit=time_limit)
+    if sol.ok and program.fractions.value is not None:
+        X = clean_fractions(np.asarray(program.fractions.value), inst)
+        status = sol.status
+        objective = program.objective(sol.value)
+        prices = program.capacity.dual_value if program.capacity is not None else None
+    else:
+        X = fallback_allocation(inst)
+        status = f"fallback: {sol.message} (equal share scaled to fit)"
+        objective = float("nan")
+        prices = None
+    thr = program.effective_throughput(X) if program.effective_throughput else (inst.throughput * X).sum(axis=1)
+    explanation = explain(inst, X, program.share(X), prices, objective if sol.ok else None)
+    explanation.update(program.info)
+    return Allocation(
+        policy=policy,
+        status=status,
+        objective=objective,
+        solve_seconds=sol.solve_seconds,
+        job_ids=inst.job_ids,
+        gpu_types=inst.gpu_types,
+        fractions=X,
+        effective_throughput=thr,
+        explanation=explanation,
+        build_seconds=build_seconds,
+    )
+
+
+def clean_fractions(X: np.ndarray, inst: Instance) -> np.ndarray:
+    """Remove interior-point noise: clip to [0, 1], zero unusable types, and
+    scale rows/columns back inside the constraints (by at most solver tolerance)."""
+    X = np.clip(np.nan_to_num(X), 0.0, 1.0)
+    X[~inst.available] = 0.0
+    X[X < 1e-9] = 0.0
+    rows = X.sum(axis=1)
+    X = X / np.maximum(rows, 1.0)[:, None]
+    used = inst.scale_factor @ X
+    over = used > inst.capacity
+    if over.any():
+        X[:, over] *= inst.capacity[over] / used[over]
+    return X
+
+
+def explain(inst: Instance, X: np.ndarray, share: np.ndarray, prices, objective) -> dict:
+    """Why did my job get this? Prices of GPU types, the bottleneck jobs, and
+    each job's throughput relative to its equal share."""
+    thr = (inst.throughput * X).sum(axis=1)
+    thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1)
+    rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
+    out: dict = {
+        "capacity_used": {t: float(u) for t, u in zip(inst.gpu_types, inst.scale_factor @ X)},
+        "capacity": {t: float(c) for t, c in zip(inst.gpu_types, inst.capacity)},
+        "share_vs_equal": {jid: float(r) for jid, r in zip(inst.job_ids, rel)},
+    }
+    if prices is not None:
+        p = np.maximum(np.asarray(prices, dtype=float).reshape(-1), 0.0)
+        out["gpu_price"] = {t: float(v) for t, v in zip(inst.gpu_types, p)}
+    if share is not None and len(share):
+        low = float(np.min(share))
+        tol = 1e-5 * max(abs(low), 1.0)
+        out["bottleneck_jobs"] = [jid for jid, s in zip(inst.job_ids, share) if s <= low + tol]
+    return out
