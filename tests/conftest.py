@@ -1,0 +1,49 @@
+"""Shared test helpers: peer data location and random instances."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optsched.model import Instance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def peer_data_dir() -> Path:
+    return Path(os.environ.get("OPTSCHED_PEER_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture
+def peer_data() -> Path:
+    """The peers' published traces and profiles (../shared/data); skip when absent."""
+    d = peer_data_dir()
+    if not d.is_dir():
+        pytest.skip(f"peer data not found at {d} (set OPTSCHED_PEER_DATA)")
+    return d
+
+
+def random_instance(rng: np.random.Generator, n: int, k: int = 3, multi_gpu: bool = True, sparsity: float = 0.2) -> Instance:
+    """n jobs × k types; some (job, type) pairs unavailable; scale factors 1/2/4/8."""
+    T = rng.uniform(0.5, 20.0, (n, k)) * rng.uniform(0.2, 1.0, (1, k))
+    T[rng.random((n, k)) < sparsity] = 0.0
+    T[np.arange(n), rng.integers(0, k, n)] = rng.uniform(0.5, 20.0, n)  # every job runs somewhere
+    capacity = rng.integers(8, 40, k).astype(float)
+    sf = rng.choice([1, 2, 4, 8], n, p=[0.7, 0.1, 0.15, 0.05]).astype(float) if multi_gpu else np.ones(n)
+    T[sf[:, None] > capacity[None, :]] = 0.0
+    T[T.sum(axis=1) == 0, int(np.argmax(capacity))] = 1.0
+    return Instance(
+        job_ids=tuple(f"j{i}" for i in range(n)),
+        gpu_types=tuple(f"t{j}" for j in range(k)),
+        throughput=T,
+        scale_factor=sf,
+        weight=rng.choice([1.0, 2.0], n, p=[0.8, 0.2]),
+        capacity=capacity,
+        steps_remaining=rng.uniform(1e3, 1e6, n),
+        elapsed_time=rng.uniform(0, 1e4, n),
+        attained_service=rng.uniform(0, 1e5, n),
+        arrival_time=np.zeros(n),
+    )
