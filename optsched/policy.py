@@ -17,8 +17,32 @@ import numpy as np
 from optsched.model import Allocation, Instance, OptschedError, Snapshot, parse_snapshot
 
 POLICIES: dict[str, tuple[str, dict]] = {
+    # Fractional policies over the throughput matrix (formulations/*.py).
     "max_min_fairness": ("max_min_fairness", {}),
     "max_min_fairness_agnostic": ("max_min_fairness", {"agnostic": True}),
+    "max_min_fairness_water_filling": ("water_filling", {}),
+    "max_min_fairness_water_filling_agnostic": ("water_filling", {"agnostic": True}),
+    "max_min_fairness_hierarchical": ("hierarchical", {}),
+    "finish_time_fairness": ("finish_time_fairness", {}),
+    "finish_time_fairness_agnostic": ("finish_time_fairness", {"agnostic": True}),
+    "makespan": ("makespan", {}),
+    "makespan_agnostic": ("makespan", {"agnostic": True}),
+    "max_throughput": ("max_throughput", {}),
+    "max_throughput_agnostic": ("max_throughput", {"agnostic": True}),
+    "proportional_fairness": ("proportional_fairness", {}),
+    "proportional_fairness_agnostic": ("proportional_fairness", {"agnostic": True}),
+    "min_cost": ("min_cost", {}),
+    "min_cost_slo": ("min_cost", {"slo": True}),
+    # Priority-order baselines returning allocations of the same shape.
+    "fifo": ("priority", {"order": "fifo"}),
+    "las": ("priority", {"order": "las"}),
+    "srtf": ("priority", {"order": "srtf"}),
+    "tiresias": ("priority", {"order": "tiresias"}),
+    "gandiva": ("priority", {"order": "gandiva"}),
+    # Elastic / configuration-choice policies (goodput models).
+    "pollux": ("pollux", {}),
+    "sia": ("sia", {}),
+    "hadar": ("hadar", {}),
 }
 
 DEFAULT_POLICY = "max_min_fairness"
@@ -29,14 +53,23 @@ def register(name: str, module: str, **options) -> None:
 
 
 def policy_names() -> list[str]:
-    return sorted(POLICIES)
+    """Registered policies whose formulation module is present."""
+    from importlib.util import find_spec
+
+    return sorted(n for n, (m, _) in POLICIES.items() if find_spec(f"optsched.formulations.{m}") is not None)
 
 
 def _module(name: str):
     if name not in POLICIES:
         raise OptschedError(f"policy: unknown policy {name!r} (choose from {', '.join(policy_names())})")
     module, options = POLICIES[name]
-    return importlib.import_module(f"optsched.formulations.{module}"), dict(options)
+    try:
+        mod = importlib.import_module(f"optsched.formulations.{module}")
+    except ModuleNotFoundError as e:
+        if e.name != f"optsched.formulations.{module}":
+            raise
+        raise OptschedError(f"policy: {name!r} is not available in this build") from None
+    return mod, dict(options)
 
 
 def solve(
