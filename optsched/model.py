@@ -273,6 +273,10 @@ class Allocation:
     # of GPUs, pair_fractions[p, j] = time fraction of that pair on type j.
     pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=int))
     pair_fractions: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    # Elastic / configuration policies (pollux, sia, hadar): gpu_counts[m, j] =
+    # GPUs of type j job m runs on this round (fractions are then 1 where > 0).
+    # None for fractional policies, whose job sizes are their scale factors.
+    gpu_counts: np.ndarray | None = None
 
     def to_dict(self) -> dict:
         alloc = {
@@ -288,6 +292,13 @@ class Allocation:
             "effective_throughput": {jid: float(x) for jid, x in zip(self.job_ids, self.effective_throughput)},
             "explanation": self.explanation,
             **({"packed_allocation": self._packed_dict()} if len(self.pairs) else {}),
+            **({"gpu_counts": self._gpu_counts_dict()} if self.gpu_counts is not None else {}),
+        }
+
+    def _gpu_counts_dict(self) -> dict:
+        return {
+            jid: {t: int(self.gpu_counts[m, j]) for j, t in enumerate(self.gpu_types) if self.gpu_counts[m, j] > 0}
+            for m, jid in enumerate(self.job_ids)
         }
 
     def _packed_dict(self) -> dict:
