@@ -269,6 +269,7 @@ class Allocation:
     effective_throughput: np.ndarray  # (n,)
     explanation: dict = field(default_factory=dict)
     build_seconds: float = 0.0
+    solver_seconds: float = 0.0  # the backend's own time, inside solve_seconds
     # Space sharing: pairs[p] = (m, m') job indices packed together on one set
     # of GPUs, pair_fractions[p, j] = time fraction of that pair on type j.
     pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=int))
@@ -288,6 +289,8 @@ class Allocation:
             "status": self.status,
             "objective": _finite_or_none(self.objective),
             "solve_seconds": self.solve_seconds,
+            "build_seconds": self.build_seconds,
+            "solver_seconds": self.solver_seconds,
             "allocation": alloc,
             "effective_throughput": {jid: float(x) for jid, x in zip(self.job_ids, self.effective_throughput)},
             "explanation": self.explanation,

@@ -133,6 +133,7 @@ def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: f
         effective_throughput=thr,
         explanation=explanation,
         build_seconds=build_seconds,
+        solver_seconds=sol.solver_seconds,
     )
 
 

@@ -1,0 +1,192 @@
+"""Heterogeneity-aware max-min fairness (issue 2): optimum, invariants, closed form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+from optsched.formulations.max_min_fairness import normalized_throughput
+from optsched.model import Instance
+from optsched.policy import solve_instance
+from tests.conftest import random_instance
+
+
+def assert_feasible(inst: Instance, X: np.ndarray, tol: float = 1e-7) -> None:
+    assert X.shape == (inst.n, inst.k)
+    assert np.all(X >= 0) and np.all(X <= 1 + tol)
+    assert np.all(X.sum(axis=1) <= 1 + tol), "a job gets more than all of the time"
+    assert np.all(inst.scale_factor @ X <= inst.capacity + tol), "capacity exceeded"
+    assert np.all(X[~inst.available] == 0), "a job got a type it cannot run on"
+
+
+def linprog_max_min(inst: Instance, agnostic: bool = False) -> float:
+    """Independent solve: the same LP written out by hand for scipy's HiGHS,
+    variables (X row-major, z), maximize z."""
+    n, k = inst.n, inst.k
+    A = normalized_throughput(inst, agnostic)
+    nv = n * k + 1
+    c = np.zeros(nv)
+    c[-1] = -1.0
+    rows, rhs = [], []
+    for m in range(n):  # z - Σ_j A[m,j] X[m,j] <= 0
+        r = np.zeros(nv)
+        r[m * k:(m + 1) * k] = -A[m]
+        r[-1] = 1.0
+        rows.append(r), rhs.append(0.0)
+        r = np.zeros(nv)
+        r[m * k:(m + 1) * k] = 1.0
+        rows.append(r), rhs.append(1.0)
+    for j in range(k):
+        r = np.zeros(nv)
+        r[j:n * k:k] = inst.scale_factor
+        rows.append(r), rhs.append(inst.capacity[j])
+    bounds = [(0, 1 if inst.available[m, j] else 0) for m in range(n) for j in range(k)] + [(0, None)]
+    res = linprog(c, A_ub=np.array(rows), b_ub=np.array(rhs), bounds=bounds, method="highs")
+    assert res.status == 0
+    return -res.fun
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_max_min_clarabel_matches_highs_and_independent_lp(seed):
+    rng = np.random.default_rng(seed)
+    inst = random_instance(rng, n=int(rng.integers(2, 60)), k=int(rng.integers(1, 5)))
+    a = solve_instance(inst, "max_min_fairness", solver="clarabel")
+    b = solve_instance(inst, "max_min_fairness", solver="highs")
+    ref = linprog_max_min(inst)
+    assert a.status.startswith("optimal") and b.status.startswith("optimal")
+    assert a.objective == pytest.approx(ref, rel=1e-6)
+    assert b.objective == pytest.approx(ref, rel=1e-6)
+    assert_feasible(inst, a.fractions)
+    assert_feasible(inst, b.fractions)
+    # The reported objective is achieved by the returned allocation.
+    assert a.explanation["bottleneck_jobs"]
+    assert np.min((normalized_throughput(inst) * a.fractions).sum(axis=1)) == pytest.approx(ref, rel=1e-5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 25),
+    k=st.integers(1, 4),
+    agnostic=st.booleans(),
+)
+def test_allocation_is_always_feasible(seed, n, k, agnostic):
+    inst = random_instance(np.random.default_rng(seed), n=n, k=k)
+    alloc = solve_instance(inst, "max_min_fairness_agnostic" if agnostic else "max_min_fairness")
+    assert alloc.status.startswith("optimal")
+    assert_feasible(inst, alloc.fractions)
+    thr = (inst.throughput * alloc.fractions).sum(axis=1)
+    np.testing.assert_allclose(alloc.effective_throughput, thr)
+
+
+def _instance(T, capacity, scale_factor=None, weight=None) -> Instance:
+    T = np.asarray(T, dtype=float)
+    n, k = T.shape
+    return Instance(
+        job_ids=tuple(f"j{i}" for i in range(n)),
+        gpu_types=tuple(f"t{j}" for j in range(k)),
+        throughput=T,
+        scale_factor=np.ones(n) if scale_factor is None else np.asarray(scale_factor, float),
+        weight=np.ones(n) if weight is None else np.asarray(weight, float),
+        capacity=np.asarray(capacity, float),
+        steps_remaining=np.full(n, np.nan),
+        elapsed_time=np.zeros(n),
+        attained_service=np.zeros(n),
+        arrival_time=np.zeros(n),
+    )
+
+
+def test_two_jobs_two_types_closed_form():
+    # Job 0: 4 vs 1 steps/s, job 1: 2 vs 1; one GPU of each type. Equal-share
+    # throughputs 2.5 and 1.5. Job 0 has the larger relative advantage on t0,
+    # so at the optimum both rows are full: X0 = (a, 1-a), X1 = (1-a, a), and
+    # (3a + 1)/2.5 = (2 - a)/1.5 gives a = 1/2, min share = 1.
+    inst = _instance([[4.0, 1.0], [2.0, 1.0]], [1, 1])
+    alloc = solve_instance(inst, "max_min_fairness")
+    assert alloc.objective == pytest.approx(1.0, rel=1e-7)
+    np.testing.assert_allclose(alloc.effective_throughput, [2.5, 1.5], rtol=1e-6)
+
+
+def test_identical_jobs_share_equally():
+    # Three identical jobs on one GPU of each of two types. Equal-share
+    # throughput is (2 + 1)/2 = 1.5; each job gets a third of the whole
+    # cluster's steps, (2 + 1)/3 = 1, so the share is 1/1.5 = 2/3.
+    inst = _instance([[2.0, 1.0]] * 3, [1, 1])
+    alloc = solve_instance(inst, "max_min_fairness")
+    assert alloc.objective == pytest.approx(2 / 3, rel=1e-7)
+
+
+def test_weight_scales_the_share_a_job_needs():
+    # Weight 2 means the job is entitled to twice the share: with two identical
+    # jobs on one GPU, the weighted job gets 2/3 of the time.
+    inst = _instance([[1.0], [1.0]], [1], weight=[2.0, 1.0])
+    alloc = solve_instance(inst, "max_min_fairness")
+    np.testing.assert_allclose(alloc.fractions[:, 0], [2 / 3, 1 / 3], rtol=1e-6)
+
+
+def test_scale_factor_counts_against_capacity():
+    # A 2-GPU job and a 1-GPU job on 2 GPUs.
+    inst = _instance([[1.0], [1.0]], [2], scale_factor=[2, 1])
+    alloc = solve_instance(inst, "max_min_fairness")
+    assert 2 * alloc.fractions[0, 0] + alloc.fractions[1, 0] <= 2 + 1e-7
+    assert alloc.objective > 0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_aware_beats_agnostic_on_its_own_objective(seed):
+    # The heterogeneity-aware optimum is at least what the agnostic allocation
+    # achieves when measured with real throughputs (it is feasible for the LP).
+    inst = random_instance(np.random.default_rng(100 + seed), n=40, k=3, sparsity=0.0)
+    aware = solve_instance(inst, "max_min_fairness")
+    agnostic = solve_instance(inst, "max_min_fairness_agnostic")
+    A = normalized_throughput(inst)
+    assert aware.objective >= np.min((A * agnostic.fractions).sum(axis=1)) - 1e-6
+
+
+def test_aware_has_more_total_throughput_than_agnostic_on_gavel_like_clusters():
+    # Gavel's setting: single-GPU jobs whose speedups differ across types; the
+    # aware policy moves jobs to the types they gain most on.
+    totals = []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        n = 60
+        base = rng.uniform(1, 10, n)
+        speedup = np.stack([np.ones(n), rng.uniform(1.2, 3.5, n), rng.uniform(1.5, 10.0, n)], axis=1)
+        inst = _instance(base[:, None] * speedup, [12, 12, 12])
+        aware = solve_instance(inst, "max_min_fairness").effective_throughput.sum()
+        agn = solve_instance(inst, "max_min_fairness_agnostic").effective_throughput.sum()
+        totals.append((aware, agn))
+    aware, agn = np.array(totals).T
+    assert np.all(aware >= agn * 0.999)
+    assert aware.mean() > 1.05 * agn.mean()
+
+
+def test_solver_failure_falls_back_to_equal_share_scaled_to_fit(monkeypatch):
+    import optsched.solvers as solvers
+
+    inst = random_instance(np.random.default_rng(7), n=30, k=3)
+
+    def failing(problem, solver="clarabel", time_limit=60.0, **kw):
+        return solvers.Solution(False, "time_limit", float("nan"), solver, 0.1, 0.1, "time limit of 0.1s reached")
+
+    monkeypatch.setattr(solvers, "solve", failing)
+    alloc = solve_instance(inst, "max_min_fairness")
+    assert alloc.status.startswith("fallback") and "time limit" in alloc.status
+    assert_feasible(inst, alloc.fractions)
+    assert np.all(alloc.fractions.sum(axis=1) > 0), "fallback must give every job a share"
+
+
+def test_gpu_prices_are_zero_when_capacity_is_slack():
+    inst = _instance([[1.0, 2.0]], [4, 4])
+    alloc = solve_instance(inst, "max_min_fairness")
+    assert all(p == pytest.approx(0.0, abs=1e-6) for p in alloc.explanation["gpu_price"].values())
+
+
+def test_gpu_price_is_positive_on_contended_type():
+    inst = _instance([[1.0, 0.0]] * 4, [1, 1])
+    alloc = solve_instance(inst, "max_min_fairness")
+    assert alloc.explanation["gpu_price"]["t0"] > 0
+    assert set(alloc.explanation["bottleneck_jobs"]) == {"j0", "j1", "j2", "j3"}

@@ -1,0 +1,149 @@
+"""The snapshot contract and `optsched solve` on good and bad input (issue 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from optsched.cli import app, example_snapshot_text
+from optsched.model import OptschedError, parse_snapshot, snapshot_schema
+
+runner = CliRunner()
+
+
+def base_snapshot() -> dict:
+    return {
+        "version": 1,
+        "time": 0.0,
+        "cluster": {"gpus": {"v100": 4, "k80": 4}},
+        "jobs": [
+            {"id": "a", "model": "m", "scale_factor": 1, "throughput": {"v100": 4.0, "k80": 1.0}},
+            {"id": "b", "model": "m", "scale_factor": 2, "throughput": {"v100": 3.0}},
+        ],
+    }
+
+
+def run(args, input=None):
+    return runner.invoke(app, args, input=input)
+
+
+def test_solve_without_arguments_runs_the_builtin_example():
+    res = run(["solve"])
+    assert res.exit_code == 0, res.output
+    assert "max_min_fairness" in res.output and "optimal" in res.output
+    snap = parse_snapshot(example_snapshot_text())
+    for job in snap.jobs:
+        assert job.id in res.output
+
+
+def test_solve_json_output_has_the_documented_fields(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(base_snapshot()))
+    res = run(["solve", str(p), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert set(out) >= {"policy", "status", "objective", "solve_seconds", "allocation", "effective_throughput", "explanation"}
+    assert set(out["allocation"]) == {"a", "b"}
+    assert "k80" not in out["allocation"]["b"]
+    ex = out["explanation"]
+    assert set(ex) >= {"gpu_price", "bottleneck_jobs", "share_vs_equal"}
+    # Both solvers agree through the CLI too.
+    res2 = run(["solve", str(p), "--json", "--solver", "highs"])
+    assert json.loads(res2.output)["objective"] == pytest.approx(out["objective"], rel=1e-6)
+
+
+def test_empty_job_list_is_a_valid_snapshot_with_empty_allocation(tmp_path):
+    snap = base_snapshot()
+    snap["jobs"] = []
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(snap))
+    res = run(["solve", str(p), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["allocation"] == {} and out["objective"] is None
+
+
+def _mutate(fn):
+    snap = base_snapshot()
+    fn(snap)
+    return json.dumps(snap)
+
+
+BAD = {
+    "malformed_json": ('{"version": 1, "cluster": ', "malformed JSON"),
+    "wrong_type": (_mutate(lambda s: s["jobs"][0].update(scale_factor="two")), "jobs[0].scale_factor"),
+    "negative_throughput": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100=-1.0)), "jobs[0].throughput"),
+    "nan_throughput": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100=float("nan"))), "jobs[0].throughput"),
+    "too_wide": (_mutate(lambda s: s["jobs"][1].update(scale_factor=8)), "jobs[1].scale_factor"),
+    "unknown_gpu_type": (_mutate(lambda s: s["jobs"][0]["throughput"].update(a100=1.0)), "unknown GPU type 'a100'"),
+    "unknown_field": (_mutate(lambda s: s["jobs"][0].update(gpu=1)), "jobs[0].gpu"),
+    "duplicate_id": (_mutate(lambda s: s["jobs"][1].update(id="a")), "duplicate job id"),
+    "zero_throughput": (_mutate(lambda s: s["jobs"][1].update(throughput={"v100": 0.0})), "jobs[1].throughput"),
+    "bad_version": (_mutate(lambda s: s.update(version=2)), "version"),
+    "negative_gpus": (_mutate(lambda s: s["cluster"]["gpus"].update(k80=-1)), "cluster.gpus"),
+    "not_an_object": ("[1, 2]", "top level"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_snapshot_is_a_one_line_error_with_exit_code_2(tmp_path, case):
+    text, needle = BAD[case]
+    p = tmp_path / "s.json"
+    p.write_text(text)
+    res = runner.invoke(app, ["solve", str(p)])
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    msg = res.stderr.strip() if res.stderr else res.output.strip()
+    assert "Traceback" not in res.output
+    assert len(msg.splitlines()) == 1, msg
+    assert needle in msg, msg
+    with pytest.raises(OptschedError, match="invalid snapshot"):
+        parse_snapshot(text)
+
+
+def test_unknown_policy_and_solver_are_one_line_errors():
+    res = run(["solve", "--policy", "nope"])
+    assert res.exit_code == 2 and "unknown policy 'nope'" in res.stderr
+    res = run(["solve", "--solver", "gurobi"])
+    assert res.exit_code == 2 and "unknown solver 'gurobi'" in res.stderr
+
+
+def test_missing_file_is_a_one_line_error(tmp_path):
+    res = run(["solve", str(tmp_path / "absent.json")])
+    assert res.exit_code == 2 and "absent.json" in res.stderr
+
+
+def test_snapshot_from_stdin():
+    res = run(["solve", "-", "--json"], input=json.dumps(base_snapshot()))
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["status"] == "optimal"
+
+
+def test_schema_is_published_and_describes_the_contract():
+    res = run(["schema"])
+    assert res.exit_code == 0
+    schema = json.loads(res.output)
+    assert schema == snapshot_schema()
+    assert {"version", "cluster", "jobs"} <= set(schema["properties"])
+    job = schema["$defs"]["Job"]["properties"]
+    for field in ("id", "model", "scale_factor", "weight", "throughput", "steps_total", "steps_done",
+                  "arrival_time", "elapsed_time", "attained_service"):
+        assert field in job
+
+
+def test_servers_must_match_gpu_counts():
+    snap = base_snapshot()
+    snap["cluster"]["servers"] = [{"id": "n0", "gpu_type": "v100", "gpus": 2}]
+    with pytest.raises(OptschedError, match="servers"):
+        parse_snapshot(snap)
+
+
+def test_same_input_same_output(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text(example_snapshot_text())
+    a = json.loads(run(["solve", str(p), "--json"]).output)
+    b = json.loads(run(["solve", str(p), "--json"]).output)
+    a.pop("solve_seconds"), b.pop("solve_seconds")
+    assert a == b
