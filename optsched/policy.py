@@ -142,7 +142,7 @@ def clean_fractions(X: np.ndarray, inst: Instance) -> np.ndarray:
     scale rows/columns back inside the constraints (by at most solver tolerance)."""
     X = np.clip(np.nan_to_num(X), 0.0, 1.0)
     X[~inst.available] = 0.0
-    X[X < 1e-9] = 0.0
+    X[X < 1e-7] = 0.0  # interior-point noise, far below a round's granularity
     rows = X.sum(axis=1)
     X = X / np.maximum(rows, 1.0)[:, None]
     used = inst.scale_factor @ X
@@ -153,10 +153,12 @@ def clean_fractions(X: np.ndarray, inst: Instance) -> np.ndarray:
 
 
 def explain(inst: Instance, X: np.ndarray, share: np.ndarray, prices, objective) -> dict:
-    """Why did my job get this? Prices of GPU types, the bottleneck jobs, and
-    each job's throughput relative to its equal share."""
+    """Why did my job get this? Prices of GPU types, the bottleneck jobs (lowest
+    value of the policy's own per-job metric ``share``), and each job's share
+    relative to its weighted equal share: thr_m(X) · s_m / (w_m · thr_equal_m),
+    1.0 = exactly the equal share (Gavel's normalization)."""
     thr = (inst.throughput * X).sum(axis=1)
-    thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1)
+    thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1) * inst.weight / inst.scale_factor
     rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
     out: dict = {
         "capacity_used": {t: float(u) for t, u in zip(inst.gpu_types, inst.scale_factor @ X)},

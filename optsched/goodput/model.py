@@ -1,0 +1,198 @@
+"""Pollux's goodput model, vectorized over jobs and configurations (DESIGN.md §8).
+
+Throughput (7 parameters θ = α_c, β_c, α_n, β_n, α_r, β_r, γ) for r replicas on
+n nodes, per-GPU micro-batch b and s gradient-accumulation steps:
+
+    T_acc  = α_c + β_c · b                              (one micro-batch, fwd+bwd)
+    T_net  = α_n + β_n · max(r − 2, ε)   if n > 1       (inter-node all-reduce)
+           = α_r + β_r · max(r − 2, ε)   if n = 1, r > 1 (intra-node)
+           ≈ 0                            if r = 1
+    T_sync = (T_acc^γ + T_net^γ)^(1/γ)                  (γ ∈ [1, 10]: overlap)
+    T_iter = s · T_acc + T_sync,     M = r · b · (s + 1),     throughput = M / T_iter
+
+Statistical efficiency from the gradient noise (|g|² = grad_sqr, tr Σ = grad_var,
+measured at the initial batch size M0), k = M / M0:
+
+    gain = (var + sqr) / (var / k + sqr),     E = gain / k,     goodput = throughput · E
+
+goodput is in "useful samples per second"; goodput / M0 = gain / T_iter is the
+training progress per second in units of M0-sized steps (what the peers'
+simulators integrate). The batch size is chosen per configuration to maximize
+goodput: M ∈ geomspace(max(M0, b_min · r), M_max, 50), s = ceil(M/r / b_max) − 1,
+b = ceil(M/r / (s+1)) — exactly the candidate set of Pollux's `optimize`.
+
+Pure numpy; imports nothing from optsched, so formulations may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+PARAM_NAMES = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
+N_BATCH_CANDIDATES = 50  # Pollux samples 50 batch sizes in geometric space
+_EPS = 1e-8  # floor/ceil tolerance and the "no network" time, as in the peers' code
+
+
+def accum_time(params: np.ndarray, atomic_bsz) -> np.ndarray:
+    """T_acc = α_c + β_c·b; params (..., 7) broadcast against b."""
+    params = np.asarray(params, dtype=float)
+    return params[..., 0] + params[..., 1] * np.asarray(atomic_bsz, dtype=float)
+
+
+def network_time(params: np.ndarray, nodes, replicas) -> np.ndarray:
+    """The slowest link decides: inter-node if n > 1, intra-node if r > 1, else ε."""
+    params = np.asarray(params, dtype=float)
+    nodes, replicas = np.asarray(nodes, dtype=float), np.asarray(replicas, dtype=float)
+    inter, intra = nodes > 1, replicas > 1
+    alpha = np.where(inter, params[..., 2], np.where(intra, params[..., 4], _EPS))
+    beta = np.where(inter, params[..., 3], np.where(intra, params[..., 5], _EPS))
+    return alpha + beta * np.maximum(replicas - 2, _EPS)
+
+
+def sync_step_time(params: np.ndarray, t_acc, t_net) -> np.ndarray:
+    """T_sync = (T_acc^γ + T_net^γ)^(1/γ), computed in log space (γ up to 10)."""
+    gamma = np.asarray(params, dtype=float)[..., 6]
+    return np.exp(np.logaddexp(gamma * np.log(t_acc), gamma * np.log(t_net)) / gamma)
+
+
+def iteration_time(params, nodes, replicas, atomic_bsz, accum_steps) -> np.ndarray:
+    """T_iter = s·T_acc + T_sync (seconds per optimizer step)."""
+    t_acc = accum_time(params, atomic_bsz)
+    t_net = network_time(params, nodes, replicas)
+    return np.asarray(accum_steps, dtype=float) * t_acc + sync_step_time(params, t_acc, t_net)
+
+
+def statistical_gain(grad_sqr, grad_var, init_batch_size, batch_size) -> np.ndarray:
+    """gain = (var + sqr)/(var/k + sqr), k = M/M0: progress per step in M0-steps."""
+    k = np.asarray(batch_size, dtype=float) / np.asarray(init_batch_size, dtype=float)
+    sqr, var = np.asarray(grad_sqr, dtype=float), np.asarray(grad_var, dtype=float)
+    denom = var / k + sqr
+    safe = np.where(denom > 0, denom, 1.0)
+    return np.where(denom > 0, (var + sqr) / safe, 1.0)
+
+
+def efficiency(grad_sqr, grad_var, init_batch_size, batch_size) -> np.ndarray:
+    """E = gain / k = (φ + M0)/(φ + M) with φ = M0·var/sqr (the gradient noise scale)."""
+    k = np.asarray(batch_size, dtype=float) / np.asarray(init_batch_size, dtype=float)
+    return statistical_gain(grad_sqr, grad_var, init_batch_size, batch_size) / k
+
+
+@dataclass(frozen=True)
+class GoodputModel:
+    """Goodput models of n jobs (arrays of length n; params (n, 7)).
+
+    Batch-size limits per job: init_batch_size M0 ≤ M ≤ max_batch_size, per-GPU
+    micro-batch in [min_local_bsz, max_local_bsz]; accumulation allows local
+    batches above max_local_bsz via s accumulation steps.
+    """
+
+    params: np.ndarray  # (n, 7)
+    grad_sqr: np.ndarray  # (n,)
+    grad_var: np.ndarray  # (n,)
+    init_batch_size: np.ndarray  # (n,)
+    max_batch_size: np.ndarray  # (n,)
+    min_local_bsz: np.ndarray  # (n,)
+    max_local_bsz: np.ndarray  # (n,)
+    accumulation: bool = True
+
+    @classmethod
+    def single(cls, params, grad_sqr, grad_var, init_batch_size, max_batch_size=None,
+               local_bsz=(1, None), accumulation: bool = True) -> "GoodputModel":
+        max_bs = init_batch_size if max_batch_size is None else max_batch_size
+        lo, hi = local_bsz
+        return cls(
+            params=np.asarray(params, dtype=float).reshape(1, 7),
+            grad_sqr=np.array([grad_sqr], dtype=float),
+            grad_var=np.array([grad_var], dtype=float),
+            init_batch_size=np.array([init_batch_size], dtype=float),
+            max_batch_size=np.array([max_bs], dtype=float),
+            min_local_bsz=np.array([lo or 1], dtype=float),
+            max_local_bsz=np.array([hi or max_bs], dtype=float),
+            accumulation=accumulation,
+        )
+
+    @property
+    def n(self) -> int:
+        return len(self.grad_sqr)
+
+    def take(self, index) -> "GoodputModel":
+        """The models of a subset of jobs."""
+        return replace(
+            self,
+            params=self.params[index], grad_sqr=self.grad_sqr[index], grad_var=self.grad_var[index],
+            init_batch_size=self.init_batch_size[index], max_batch_size=self.max_batch_size[index],
+            min_local_bsz=self.min_local_bsz[index], max_local_bsz=self.max_local_bsz[index],
+        )
+
+    def with_params(self, params: np.ndarray) -> "GoodputModel":
+        return replace(self, params=np.asarray(params, dtype=float).reshape(self.n, 7))
+
+    # -- evaluation at a given batch configuration --------------------------------
+
+    def throughput(self, nodes, replicas, atomic_bsz, accum_steps) -> np.ndarray:
+        """Samples/s; arguments broadcast against (n, ...)."""
+        nodes, replicas, atomic_bsz, accum_steps = (np.asarray(a, dtype=float) for a in (nodes, replicas, atomic_bsz, accum_steps))
+        extra = max(nodes.ndim, replicas.ndim, atomic_bsz.ndim, accum_steps.ndim, 1) - 1
+        P = self.params.reshape((self.n,) + (1,) * extra + (7,))
+        t = iteration_time(P, nodes, replicas, atomic_bsz, accum_steps)
+        return replicas * atomic_bsz * (accum_steps + 1) / t
+
+    def goodput(self, nodes, replicas, atomic_bsz, accum_steps) -> np.ndarray:
+        """throughput × efficiency (samples/s of M0-equivalent progress)."""
+        nodes, replicas, atomic_bsz, accum_steps = (np.asarray(a, dtype=float) for a in (nodes, replicas, atomic_bsz, accum_steps))
+        extra = max(nodes.ndim, replicas.ndim, atomic_bsz.ndim, accum_steps.ndim, 1) - 1
+        col = lambda a: a.reshape((self.n,) + (1,) * extra)  # noqa: E731
+        M = replicas * atomic_bsz * (accum_steps + 1)
+        E = efficiency(col(self.grad_sqr), col(self.grad_var), col(self.init_batch_size), M)
+        return self.throughput(nodes, replicas, atomic_bsz, accum_steps) * E
+
+    # -- batch-size choice ----------------------------------------------------------
+
+    def optimize(self, nodes, replicas) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Best goodput per configuration with the batch size chosen for it.
+
+        nodes, replicas: (n, C) (or broadcastable). Returns (goodput, atomic_bsz,
+        accum_steps), each (n, C); goodput is 0 where the job's batch-size limits
+        exclude the configuration (b_min·r > M_max, or a micro-batch above b_max
+        without accumulation) or where replicas < 1.
+        """
+        n = self.n
+        nodes = np.broadcast_to(np.asarray(nodes, dtype=float), np.broadcast_shapes(np.shape(nodes), np.shape(replicas)))
+        replicas = np.broadcast_to(np.asarray(replicas, dtype=float), nodes.shape)
+        if nodes.ndim == 1:
+            nodes, replicas = np.broadcast_to(nodes, (n, nodes.shape[0])), np.broadcast_to(replicas, (n, replicas.shape[0]))
+        C = nodes.shape[1]
+        col = lambda a: np.asarray(a, dtype=float)[:, None]  # noqa: E731
+        r = np.maximum(replicas, 1.0)
+        lo = np.maximum(col(self.init_batch_size), col(self.min_local_bsz) * r)  # (n, C)
+        hi = np.broadcast_to(col(self.max_batch_size), (n, C))
+        feasible = (replicas >= 1) & (lo <= hi * (1 + 1e-9))
+        hi = np.maximum(hi, lo)
+        # geomspace(lo, hi, 50) along a new last axis.
+        u = np.linspace(0.0, 1.0, N_BATCH_CANDIDATES)
+        M = np.exp(np.log(lo)[..., None] + (np.log(hi) - np.log(lo))[..., None] * u)  # (n, C, 50)
+        local = M / r[..., None]
+        bmax = col(self.max_local_bsz)[..., None]
+        if self.accumulation:
+            s = np.ceil(local / bmax - _EPS) - 1
+            # One replica above M0: at least one accumulation step (the gradient
+            # statistics need two micro-batches), as in Pollux's optimize.
+            single = (r[..., None] == 1) & (local > col(self.init_batch_size)[..., None] + _EPS)
+            s = np.where(single, np.maximum(s, 1), s)
+            s = np.maximum(s, 0)
+        else:
+            s = np.zeros_like(local)
+        b = np.ceil(local / (s + 1) - _EPS)
+        n3, r3 = nodes[..., None], r[..., None]
+        P = self.params[:, None, None, :]
+        t = iteration_time(P, n3, r3, b, s)
+        batch = r3 * b * (s + 1)
+        E = efficiency(self.grad_sqr[:, None, None], self.grad_var[:, None, None], self.init_batch_size[:, None, None], batch)
+        g = batch / t * E
+        ok = (b >= col(self.min_local_bsz)[..., None]) & (b <= bmax) & feasible[..., None]
+        g = np.where(ok & np.isfinite(g), g, 0.0)
+        best = np.argmax(g, axis=-1)[..., None]
+        take = lambda a: np.take_along_axis(a, best, axis=-1)[..., 0]  # noqa: E731
+        return take(g), take(b).astype(int), take(s).astype(int)
