@@ -5,7 +5,9 @@
 
 with thr_equal_m = Σ_j T[m, j] W_j / Σ_j W_j, the throughput job m would get from
 an equal share of every type. ``agnostic=True`` replaces every usable T[m, j]
-by 1: the heterogeneity-agnostic LAS baseline.
+by 1: the heterogeneity-agnostic LAS baseline. ``packing=True`` adds the
+admitted pair variables (formulations.base, space sharing): job m's throughput
+then also counts every pair containing it, at its packed rate.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from optsched.formulations.base import (
     allocation_variable,
     equal_share_throughput,
     heterogeneity_agnostic,
+    job_throughput,
+    job_throughput_value,
+    packed_allocation_variable,
 )
 from optsched.model import Instance
 
@@ -29,51 +34,17 @@ def normalized_throughput(inst: Instance, agnostic: bool = False) -> np.ndarray:
     return T * coef[:, None]
 
 
-def build(inst: Instance, agnostic: bool = False) -> Program:
-    X, constraints, capacity = allocation_variable(inst)
+def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Program:
     A = normalized_throughput(inst, agnostic)
-    objective = cp.Maximize(cp.min(cp.sum(cp.multiply(A, X), axis=1)))
+    if packing:
+        X, pv, constraints, capacity = packed_allocation_variable(inst, True, max_partners)
+    else:
+        (X, constraints, capacity), pv = allocation_variable(inst), None
+    objective = cp.Maximize(cp.min(job_throughput(A, X, pv)))
     return Program(
         problem=cp.Problem(objective, constraints),
         fractions=X,
         capacity=capacity,
-        share=lambda x: (A * x).sum(axis=1),
-    )
-
-
-def build_lp(inst: Instance, agnostic: bool = False):
-    """The same program in matrix form for the direct (cvxpy-free) path.
-
-    Variables x = [vec(X) row-major (n·k), z]; minimize -z subject to
-
-        z - Σ_j A[m, j] X[m, j] <= 0     (n rows: z is the minimum share)
-        Σ_j X[m, j]             <= 1     (n rows)
-        Σ_m s_m X[m, j]         <= W_j   (k rows: capacity, duals = prices)
-        0 <= X[m, j] <= 1[job m can run on type j],   z free.
-    """
-    import scipy.sparse as sp
-
-    from optsched.solvers.lp import MatrixProgram
-
-    n, k = inst.n, inst.k
-    A = normalized_throughput(inst, agnostic)
-    nk = n * k
-    rows = np.repeat(np.arange(n), k)  # row m of the share and time blocks
-    cols = np.arange(nk)
-    share_block = sp.csr_matrix((-A.reshape(-1), (rows, cols)), shape=(n, nk + 1))
-    share_block = share_block + sp.csr_matrix((np.ones(n), (np.arange(n), np.full(n, nk))), shape=(n, nk + 1))
-    time_block = sp.csr_matrix((np.ones(nk), (rows, cols)), shape=(n, nk + 1))
-    cap_block = sp.csr_matrix((np.repeat(inst.scale_factor, k), (np.tile(np.arange(k), n), cols)), shape=(k, nk + 1))
-    c = np.zeros(nk + 1)
-    c[-1] = -1.0
-    return MatrixProgram(
-        c=c,
-        A_ub=sp.vstack([share_block, time_block, cap_block]).tocsr(),
-        b_ub=np.concatenate([np.zeros(n), np.ones(n), inst.capacity]),
-        lb=np.concatenate([np.zeros(nk), [-np.inf]]),
-        ub=np.concatenate([inst.available.astype(float).reshape(-1), [np.inf]]),
-        fractions_shape=(n, k),
-        capacity_rows=(2 * n, 2 * n + k),
-        share=lambda x: (A * x).sum(axis=1),
-        objective=lambda v: -v,
+        share=lambda x, y=None: job_throughput_value(A, x, pv, y),
+        pairs=pv,
     )

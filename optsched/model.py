@@ -75,6 +75,53 @@ class Cluster(_Strict):
         return self
 
 
+class GoodputSpec(_Strict):
+    """An elastic job's goodput model (Pollux/Sia; DESIGN.md §8). Configuration
+    policies (pollux, sia) choose its GPU count and batch size from it; jobs without
+    it keep their scale factor and throughput (no elasticity)."""
+
+    application: str = Field(default="", description="Application name (informational).")
+    perf_params: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="Per GPU type, the 7 throughput parameters [alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma]; "
+        "types without them are bootstrapped from the job's throughput ratio (optsched.goodput.bootstrap).",
+    )
+    grad_sqr: float = Field(default=1.0, ge=0, description="|g|^2 measured at init_batch_size.")
+    grad_var: float = Field(default=0.0, ge=0, description="tr(Sigma) measured at init_batch_size.")
+    init_batch_size: float = Field(gt=0, description="M0: the batch size the gradient statistics refer to.")
+    max_batch_size: float | None = Field(default=None, gt=0, description="Largest global batch (default M0).")
+    local_bsz: tuple[float, float | None] = Field(default=(1.0, None), description="[min, max] per-GPU micro-batch.")
+    min_gpus: int = Field(default=1, ge=1)
+    max_gpus: int | None = Field(default=None, ge=1)
+    num_restarts: int = Field(default=0, ge=0)
+    restart_seconds: float = Field(default=30.0, ge=0, description="Seconds lost per restart (checkpoint + restore).")
+    current: dict[str, tuple[int, int]] | None = Field(
+        default=None, description="Current configuration {gpu_type: [gpus, nodes]} (else taken from snapshot.placement)."
+    )
+
+    @model_validator(mode="after")
+    def _limits(self) -> "GoodputSpec":
+        for t, p in self.perf_params.items():
+            if len(p) != 7 or not all(math.isfinite(x) for x in p):
+                raise ValueError(f"perf_params[{t!r}]: need 7 finite numbers, got {p}")
+            if min(p[:6]) < 0 or not 1.0 <= p[6] <= 10.0:
+                raise ValueError(f"perf_params[{t!r}]: alpha/beta must be >= 0 and gamma in [1, 10] ({p})")
+        lo, hi = self.local_bsz
+        if lo <= 0 or (hi is not None and hi < lo):
+            raise ValueError(f"local_bsz: need 0 < min <= max, got {list(self.local_bsz)}")
+        max_bs = self.max_batch_size or self.init_batch_size
+        if max_bs < self.init_batch_size:
+            raise ValueError(f"max_batch_size {max_bs:g} is below init_batch_size {self.init_batch_size:g}")
+        if lo * self.min_gpus > max_bs:
+            raise ValueError(
+                f"local_bsz: batch-size limits exclude every configuration (min micro-batch {lo:g} x min_gpus "
+                f"{self.min_gpus} > max_batch_size {max_bs:g})"
+            )
+        if self.max_gpus is not None and self.max_gpus < self.min_gpus:
+            raise ValueError(f"max_gpus {self.max_gpus} is below min_gpus {self.min_gpus}")
+        return self
+
+
 class Job(_Strict):
     id: str
     model: str = ""
@@ -96,6 +143,12 @@ class Job(_Strict):
     colocated: dict[str, dict[str, tuple[float, float]]] | None = Field(
         default=None,
         description="Space sharing: {other_job_id: {gpu_type: [t_self, t_other]}} steps/s when packed.",
+    )
+    last_run_time: float | None = Field(
+        default=None, description="Absolute time the job last ran (Tiresias starvation promotion)."
+    )
+    goodput: GoodputSpec | None = Field(
+        default=None, description="Elastic job: goodput model for the configuration policies (pollux, sia)."
     )
 
     @field_validator("throughput")
@@ -120,6 +173,11 @@ class Snapshot(_Strict):
     rounds_received: dict[str, dict[str, float]] | None = None
     placement: dict[str, list["GpuSlot"]] | None = None
     prior_allocation: dict[str, dict[str, float]] | None = None
+    # More allocator state (optsched.allocator): rounds each job has been
+    # active since the last allocation reset (the denominator of its fraction),
+    # and the deficit tie-breakers per job and type.
+    rounds_present: dict[str, float] | None = None
+    deficits: dict[str, dict[str, float]] | None = None
 
     @model_validator(mode="after")
     def _check_jobs(self) -> "Snapshot":
@@ -140,7 +198,33 @@ class Snapshot(_Strict):
                     f"jobs[{i}].scale_factor: job {j.id!r} needs {j.scale_factor} GPUs, more than any "
                     f"type it can run on has"
                 )
+            _check_colocated(i, j, set(ids), types)
+            for t in (j.goodput.perf_params if j.goodput else {}):
+                if t not in types:
+                    raise ValueError(f"jobs[{i}].goodput.perf_params: unknown GPU type {t!r}")
+        for t, price in (self.cluster.price_per_hour or {}).items():
+            if t not in types:
+                raise ValueError(f"cluster.price_per_hour: unknown GPU type {t!r}")
+            if not math.isfinite(price) or price < 0:
+                raise ValueError(f"cluster.price_per_hour[{t!r}] must be finite and >= 0 ({price})")
+        for e, w in (self.entity_weights or {}).items():
+            if not math.isfinite(w) or w <= 0:
+                raise ValueError(f"entity_weights[{e!r}] must be finite and > 0 ({w})")
         return self
+
+
+def _check_colocated(i: int, job: "Job", ids: set[str], types: set[str]) -> None:
+    """Pair throughputs must name known jobs and types, with finite, non-negative rates."""
+    for other, per_type in (job.colocated or {}).items():
+        if other not in ids:
+            raise ValueError(f"jobs[{i}].colocated: unknown job id {other!r}")
+        if other == job.id:
+            raise ValueError(f"jobs[{i}].colocated: job {job.id!r} cannot be packed with itself")
+        for t, rates in per_type.items():
+            if t not in types:
+                raise ValueError(f"jobs[{i}].colocated[{other!r}]: unknown GPU type {t!r}")
+            if not all(math.isfinite(r) and r >= 0 for r in rates):
+                raise ValueError(f"jobs[{i}].colocated[{other!r}][{t!r}]: rates must be finite and >= 0 ({list(rates)})")
 
 
 class GpuSlot(_Strict):
@@ -207,6 +291,20 @@ class Instance:
     arrival_time: np.ndarray  # (n,)
     entity: tuple[str | None, ...] = ()
     extras: dict = field(default_factory=dict)
+    # Optional data for the policy family (None / nan when the snapshot lacks it;
+    # each policy names the missing field in its error).
+    time: float = 0.0  # snapshot time (SLO deadlines are absolute)
+    isolated_time: np.ndarray | None = None  # (n,) Themis cumulative isolated time, nan when unknown
+    slo: np.ndarray | None = None  # (n,) absolute deadline, nan when none
+    last_run_time: np.ndarray | None = None  # (n,) nan when unknown
+    price: np.ndarray | None = None  # (k,) $/GPU-hour, nan when unknown
+    entity_weights: dict | None = None  # tenant -> weight
+    # Space sharing: pairs[p] = (m, m') with m < m'; pair_throughput[p, j] =
+    # (t_m, t_m') steps/s of each when packed on type j (0 where not measured).
+    pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=int))
+    pair_throughput: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 2)))
+    # Elastic jobs (Job.goodput): goodput models and current configurations.
+    elastic: "ElasticInfo | None" = None
 
     @property
     def n(self) -> int:
@@ -247,12 +345,55 @@ class Instance:
             attained_service=np.array([j.attained_service for j in snap.jobs], dtype=float),
             arrival_time=np.array([j.arrival_time for j in snap.jobs], dtype=float),
             entity=tuple(j.entity for j in snap.jobs),
+            time=float(snap.time),
+            isolated_time=_optional([j.isolated_time for j in snap.jobs]),
+            slo=_optional([j.slo for j in snap.jobs]),
+            last_run_time=_optional([j.last_run_time for j in snap.jobs]),
+            price=_optional([(snap.cluster.price_per_hour or {}).get(t) for t in types]),
+            entity_weights=dict(snap.entity_weights) if snap.entity_weights else None,
+            **_pair_arrays(snap, types),
+            elastic=_elastic_info(snap, types),
         )
 
     def equal_share(self) -> np.ndarray:
         """X^equal[m, j] = W_j / Σ W (Gavel's proportional share), only on types the job can use."""
         share = np.broadcast_to(self.capacity / max(self.capacity.sum(), 1e-12), (self.n, self.k))
         return np.where(self.available, share, 0.0)
+
+
+def _optional(values: list) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def _pair_arrays(snap: Snapshot, types: tuple[str, ...]) -> dict:
+    """Pair throughputs from ``Job.colocated``, merged over both jobs' views.
+
+    Either job of a pair may list it ({other: {type: [t_self, t_other]}}); when
+    both do, they must agree (1e-9 relative) or the snapshot is rejected."""
+    index = {j.id: m for m, j in enumerate(snap.jobs)}
+    col = {t: c for c, t in enumerate(types)}
+    merged: dict[tuple[int, int], np.ndarray] = {}
+    for m, job in enumerate(snap.jobs):
+        for other, per_type in (job.colocated or {}).items():
+            o = index[other]  # validated in Snapshot._check_jobs
+            a, b = (m, o) if m < o else (o, m)
+            rates = merged.setdefault((a, b), np.full((len(types), 2), np.nan))
+            for t, (t_self, t_other) in per_type.items():
+                new = np.array([t_self, t_other] if m < o else [t_other, t_self])
+                old = rates[col[t]]
+                if not np.isnan(old).all() and not np.allclose(old, new, rtol=1e-9, atol=0.0):
+                    raise OptschedError(
+                        f"invalid snapshot: jobs[{m}].colocated[{other!r}][{t!r}]: {list(new[::1 if m < o else -1])} "
+                        f"disagrees with what job {other!r} lists for the same pair"
+                    )
+                rates[col[t]] = new
+    if not merged:
+        return {}
+    keys = sorted(merged)
+    return {
+        "pairs": np.array(keys, dtype=int).reshape(-1, 2),
+        "pair_throughput": np.nan_to_num(np.stack([merged[k] for k in keys]), nan=0.0),
+    }
 
 
 @dataclass(frozen=True)
@@ -278,6 +419,9 @@ class Allocation:
     # GPUs of type j job m runs on this round (fractions are then 1 where > 0).
     # None for fractional policies, whose job sizes are their scale factors.
     gpu_counts: np.ndarray | None = None
+    # Nodes (servers) each job spans per type, for configuration policies that
+    # choose (nodes, GPUs); None otherwise.
+    nodes: np.ndarray | None = None
 
     def to_dict(self) -> dict:
         alloc = {
@@ -296,6 +440,10 @@ class Allocation:
             "explanation": self.explanation,
             **({"packed_allocation": self._packed_dict()} if len(self.pairs) else {}),
             **({"gpu_counts": self._gpu_counts_dict()} if self.gpu_counts is not None else {}),
+            **({"nodes": {
+                jid: {t: int(self.nodes[m, j]) for j, t in enumerate(self.gpu_types) if self.nodes[m, j] > 0}
+                for m, jid in enumerate(self.job_ids)
+            }} if self.nodes is not None else {}),
         }
 
     def _gpu_counts_dict(self) -> dict:
@@ -315,3 +463,82 @@ class Allocation:
 
 def _finite_or_none(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
+
+
+# --------------------------------------------------------------------------
+# Elastic jobs (goodput models)
+# --------------------------------------------------------------------------
+
+DEFAULT_SERVER_GPUS = 8  # GPUs per server of a type when the snapshot lists no servers
+
+
+@dataclass(frozen=True)
+class ElasticInfo:
+    """Goodput data of every job (rows of non-elastic jobs: is_elastic False, params nan).
+
+    params[m, j] are the 7 throughput parameters of job m on type j (nan: not
+    measured there; optsched.goodput.bootstrap fills them). current_gpus/nodes:
+    the job's configuration now (0 when not running).
+    """
+
+    is_elastic: np.ndarray  # (n,) bool
+    params: np.ndarray  # (n, k, 7)
+    grad_sqr: np.ndarray  # (n,)
+    grad_var: np.ndarray  # (n,)
+    init_batch_size: np.ndarray  # (n,)
+    max_batch_size: np.ndarray  # (n,)
+    min_local_bsz: np.ndarray  # (n,)
+    max_local_bsz: np.ndarray  # (n,)
+    min_gpus: np.ndarray  # (n,)
+    max_gpus: np.ndarray  # (n,) inf when unbounded
+    num_restarts: np.ndarray  # (n,)
+    restart_seconds: np.ndarray  # (n,)
+    current_gpus: np.ndarray  # (n, k) int
+    current_nodes: np.ndarray  # (n, k) int
+    server_gpus: np.ndarray  # (k,) int, GPUs per server of each type
+
+
+def _elastic_info(snap: Snapshot, types: tuple[str, ...]) -> ElasticInfo | None:
+    jobs = snap.jobs
+    if not any(j.goodput is not None for j in jobs):
+        return None
+    n, k = len(jobs), len(types)
+    col = {t: j for j, t in enumerate(types)}
+    params = np.full((n, k, 7), np.nan)
+    cur_g = np.zeros((n, k), dtype=int)
+    cur_n = np.zeros((n, k), dtype=int)
+    for m, job in enumerate(jobs):
+        for t, p in (job.goodput.perf_params if job.goodput else {}).items():
+            params[m, col[t]] = p
+        slots = (snap.placement or {}).get(job.id) or []
+        for s in slots:
+            if s.gpu_type in col:
+                cur_g[m, col[s.gpu_type]] += 1
+        for t in {s.gpu_type for s in slots if s.gpu_type in col}:
+            cur_n[m, col[t]] = len({s.server for s in slots if s.gpu_type == t})
+        for t, (g, nn) in ((job.goodput.current if job.goodput else None) or {}).items():
+            if t in col:
+                cur_g[m, col[t]], cur_n[m, col[t]] = g, nn
+    spec = [j.goodput for j in jobs]
+    get = lambda f, default: np.array([default if s is None else f(s) for s in spec], dtype=float)  # noqa: E731
+    per_server: dict[str, int] = {}
+    for srv in snap.cluster.servers or []:
+        per_server[srv.gpu_type] = max(per_server.get(srv.gpu_type, 0), srv.gpus)
+    server_gpus = np.array([per_server.get(t, min(snap.cluster.gpus[t], DEFAULT_SERVER_GPUS)) or 1 for t in types], dtype=int)
+    return ElasticInfo(
+        is_elastic=np.array([s is not None for s in spec]),
+        params=params,
+        grad_sqr=get(lambda s: s.grad_sqr, 1.0),
+        grad_var=get(lambda s: s.grad_var, 0.0),
+        init_batch_size=get(lambda s: s.init_batch_size, 1.0),
+        max_batch_size=get(lambda s: s.max_batch_size or s.init_batch_size, 1.0),
+        min_local_bsz=get(lambda s: s.local_bsz[0], 1.0),
+        max_local_bsz=get(lambda s: s.local_bsz[1] or (s.max_batch_size or s.init_batch_size), 1.0),
+        min_gpus=get(lambda s: s.min_gpus, 1.0),
+        max_gpus=get(lambda s: s.max_gpus or np.inf, np.inf),
+        num_restarts=get(lambda s: s.num_restarts, 0.0),
+        restart_seconds=get(lambda s: s.restart_seconds, 30.0),
+        current_gpus=cur_g,
+        current_nodes=cur_n,
+        server_gpus=server_gpus,
+    )

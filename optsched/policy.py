@@ -89,15 +89,38 @@ def solve_instance(
 ) -> Allocation:
     from optsched.solvers import SOLVERS
 
-    if solver not in SOLVERS:
-        raise OptschedError(f"solver: unknown solver {solver!r} (choose from {', '.join(SOLVERS)})")
+    fast = bool(options.pop("fast", False))
+    if solver not in SOLVERS and solver not in DIRECT_SOLVERS:
+        raise OptschedError(
+            f"solver: unknown solver {solver!r} (choose from {', '.join((*SOLVERS, *DIRECT_SOLVERS))})"
+        )
     mod, opts = _module(policy)
     opts.update(options)
+    if (fast or solver in DIRECT_SOLVERS) and inst.n and hasattr(mod, "build_lp") and not hasattr(mod, "allocate"):
+        backend = DIRECT_SOLVERS.get(solver, "highs-ipm")
+        return solve_matrix_program(inst, policy, mod.build_lp, backend, time_limit, **opts)
+    if solver in DIRECT_SOLVERS:
+        solver = "clarabel"  # the policy has no matrix form: the cvxpy path
     if inst.n == 0:
         return Allocation(policy, "optimal", float("nan"), 0.0, (), inst.gpu_types, np.zeros((0, inst.k)), np.zeros(0))
     if hasattr(mod, "allocate"):
-        return mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts)
+        return finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
     return solve_program(inst, policy, mod.build, solver, time_limit, **opts)
+
+
+def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
+    """Procedures (water filling, priority orders) return raw fractions: clean
+    them like a program's and give them the same explanation keys (capacity
+    use, share vs equal share); the procedure's own keys win. Allocations with
+    GPU counts or pairs are the procedure's responsibility and pass unchanged."""
+    import dataclasses
+
+    if alloc.gpu_counts is not None or len(alloc.pairs) or alloc.fractions.shape != (inst.n, inst.k):
+        return alloc
+    X = clean_fractions(alloc.fractions.copy(), inst)
+    explanation = {**explain(inst, X, None, None, None), **alloc.explanation}
+    thr = (inst.throughput * X).sum(axis=1)
+    return dataclasses.replace(alloc, fractions=X, effective_throughput=thr, explanation=explanation)
 
 
 def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: float, **opts) -> Allocation:
@@ -109,9 +132,15 @@ def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: f
     program = build(inst, **opts)
     build_seconds = time.perf_counter() - t0
     sol = run(program.problem, solver=solver, time_limit=time_limit)
+    relaxed_note = ""
+    if sol.status == "infeasible" and program.relaxed is not None:
+        # Documented fallback of the formulation (e.g. SLOs that cannot all be met).
+        program, relaxed_note = program.relaxed(), program.relaxed_note
+        sol = run(program.problem, solver=solver, time_limit=time_limit)
+    Y = None
     if sol.ok and program.fractions.value is not None:
-        X = clean_fractions(np.asarray(program.fractions.value), inst)
-        status = sol.status
+        X, Y = _decode_fractions(program, inst)
+        status = sol.status + (f" ({relaxed_note})" if relaxed_note else "")
         objective = program.objective(sol.value)
         prices = program.capacity.dual_value if program.capacity is not None else None
     else:
@@ -120,8 +149,12 @@ def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: f
         objective = float("nan")
         prices = None
     thr = program.effective_throughput(X) if program.effective_throughput else (inst.throughput * X).sum(axis=1)
-    explanation = explain(inst, X, program.share(X), prices, objective if sol.ok else None)
+    share = program.share(X) if program.pairs is None else program.share(X, Y)
+    explanation = explain(inst, X, share, prices, objective if sol.ok else None)
     explanation.update(program.info)
+    packed = {}
+    if program.pairs is not None and Y is not None:
+        thr, packed = _packed_result(inst, program.pairs, X, Y, thr, explanation)
     return Allocation(
         policy=policy,
         status=status,
@@ -134,6 +167,86 @@ def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: f
         explanation=explanation,
         build_seconds=build_seconds,
         solver_seconds=sol.solver_seconds,
+        **packed,
+    )
+
+
+def _decode_fractions(program, inst: Instance) -> tuple[np.ndarray, np.ndarray | None]:
+    """Cleaned X (and pair fractions Y when the program packs jobs)."""
+    X = np.asarray(program.fractions.value)
+    pv = program.pairs
+    if pv is None:
+        return clean_fractions(X, inst), None
+    return clean_packed_fractions(X, np.asarray(pv.Y.value), inst, pv)
+
+
+def clean_packed_fractions(X: np.ndarray, Y: np.ndarray, inst: Instance, pv) -> tuple[np.ndarray, np.ndarray]:
+    """clean_fractions for programs with pairs: a job's row counts its pairs too,
+    and a type's capacity counts the pairs' GPUs."""
+    X = np.clip(np.nan_to_num(X), 0.0, 1.0)
+    Y = np.clip(np.nan_to_num(Y), 0.0, 1.0)
+    X[~inst.available] = 0.0
+    Y[~pv.admitted] = 0.0
+    X[X < 1e-9] = 0.0
+    Y[Y < 1e-9] = 0.0
+    rows = np.maximum(X.sum(axis=1) + (pv.first + pv.second) @ Y.sum(axis=1), 1.0)
+    X = X / rows[:, None]
+    Y = Y / np.maximum(rows[pv.pairs[:, 0]], rows[pv.pairs[:, 1]])[:, None]
+    used = inst.scale_factor @ X + pv.scale_factor @ Y
+    over = used > inst.capacity
+    if over.any():
+        X[:, over] *= inst.capacity[over] / used[over]
+        Y[:, over] *= inst.capacity[over] / used[over]
+    return X, Y
+
+
+def _packed_result(inst: Instance, pv, X: np.ndarray, Y: np.ndarray, thr: np.ndarray, explanation: dict):
+    """Effective throughput, explanation and Allocation fields with the pairs counted."""
+    thr = (inst.throughput * X).sum(axis=1) + pv.throughput_value(inst.throughput, Y)
+    used = inst.scale_factor @ X + pv.scale_factor @ Y
+    explanation["capacity_used"] = {t: float(u) for t, u in zip(inst.gpu_types, used)}
+    thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1)
+    rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
+    explanation["share_vs_equal"] = {jid: float(r) for jid, r in zip(inst.job_ids, rel)}
+    keep = Y.sum(axis=1) > 0
+    explanation["pairs_admitted"] = int(len(pv.pairs))
+    explanation["pairs_packed"] = int(keep.sum())
+    return thr, {"pairs": pv.pairs[keep], "pair_fractions": Y[keep]}
+
+
+# Direct (cvxpy-free) LP backends for formulations that provide build_lp(inst, **options)
+# -> solvers.lp.MatrixProgram: the simulator's fast path (thousands of recomputations).
+DIRECT_SOLVERS = {"highs-direct": "highs-ipm", "highs-simplex-direct": "highs-simplex", "clarabel-direct": "clarabel"}
+
+
+def solve_matrix_program(inst: Instance, policy: str, build_lp, backend: str, time_limit: float, **opts) -> Allocation:
+    """Like solve_program, for a matrix-form LP solved directly by ``backend``."""
+    from optsched.formulations.base import fallback_allocation
+
+    t0 = time.perf_counter()
+    program = build_lp(inst, **opts)
+    build_seconds = time.perf_counter() - t0
+    sol = program.solve(backend=backend, time_limit=time_limit)
+    n, k = program.fractions_shape
+    if sol.ok:
+        X = clean_fractions(sol.x[: n * k].reshape(n, k), inst)
+        status, objective = sol.status, program.objective(sol.value)
+        prices = sol.dual_ub[program.capacity_rows[0] : program.capacity_rows[1]]
+    else:
+        X = fallback_allocation(inst)
+        status, objective, prices = f"fallback: {sol.message} (equal share scaled to fit)", float("nan"), None
+    explanation = explain(inst, X, program.share(X), prices, objective if sol.ok else None)
+    return Allocation(
+        policy=policy,
+        status=status,
+        objective=objective,
+        solve_seconds=sol.solve_seconds,
+        job_ids=inst.job_ids,
+        gpu_types=inst.gpu_types,
+        fractions=X,
+        effective_throughput=(inst.throughput * X).sum(axis=1),
+        explanation=explanation,
+        build_seconds=build_seconds,
     )
 
 

@@ -150,7 +150,7 @@ class GoodputModel:
 
     # -- batch-size choice ----------------------------------------------------------
 
-    def optimize(self, nodes, replicas) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def optimize(self, nodes, replicas, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Best goodput per configuration with the batch size chosen for it.
 
         nodes, replicas: (n, C) (or broadcastable). Returns (goodput, atomic_bsz,
@@ -186,7 +186,7 @@ class GoodputModel:
             s = np.zeros_like(local)
         b = np.ceil(local / (s + 1) - _EPS)
         n3, r3 = nodes[..., None], r[..., None]
-        P = self.params[:, None, None, :]
+        P = self.params[:, None, None, :] if params is None else np.asarray(params, dtype=float)[:, :, None, :]
         t = iteration_time(P, n3, r3, b, s)
         batch = r3 * b * (s + 1)
         E = efficiency(self.grad_sqr[:, None, None], self.grad_var[:, None, None], self.init_batch_size[:, None, None], batch)

@@ -1,0 +1,77 @@
+"""Cost-aware allocation (Gavel's "minimize cost" and "cost with SLOs").
+
+    maximize Σ_m Σ_j (T[m, j] / thr_m^iso) X[m, j] / (s_m · p_j)
+    subject to the base constraints
+    (slo=True)   thr_m(X) ≥ R_m / (slo_m − now)   for every job with a future deadline
+
+p_j is the $/GPU-hour of type j (``cluster.price_per_hour``, required and > 0),
+thr_m^iso the throughput of job m's isolated share (formulations.base), so the
+objective is normalized progress bought per dollar-hour, summed over jobs
+(Gavel's implementation divides T by the instance price the same way).
+Documented behaviour with SLOs: a deadline already passed cannot be met, so
+that job is scheduled without an SLO constraint and listed in
+``explanation.slo_missed``; if the remaining SLOs cannot all be met together,
+the program is solved without SLO constraints (as Gavel does) and the status
+says so. A job with a deadline needs ``steps_total``.
+"""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+
+from optsched.formulations.base import Program, allocation_variable, isolated_throughput, no_packing
+from optsched.model import Instance, OptschedError
+
+
+def prices(inst: Instance) -> np.ndarray:
+    price = np.full(inst.k, np.nan) if inst.price is None else inst.price
+    for j, t in enumerate(inst.gpu_types):
+        if not np.isfinite(price[j]) or price[j] <= 0:
+            what = "is missing" if not np.isfinite(price[j]) else f"must be > 0 ({price[j]:g})"
+            raise OptschedError(f"cluster.price_per_hour[{t!r}]: cost-aware policies need a price for every GPU type ({what})")
+    return price
+
+
+def slo_rates(inst: Instance) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(jobs with a live SLO, required steps/s for each, ids of jobs whose deadline passed)."""
+    slo = np.full(inst.n, np.nan) if inst.slo is None else inst.slo
+    has = np.isfinite(slo)
+    missing = np.flatnonzero(has & np.isnan(inst.steps_remaining))
+    if len(missing):
+        m = int(missing[0])
+        raise OptschedError(f"jobs[{m}].steps_total: job {inst.job_ids[m]!r} has an SLO, which needs its total steps")
+    time_left = slo - inst.time
+    live = has & (time_left > 0) & (np.nan_to_num(inst.steps_remaining) > 0)
+    missed = [inst.job_ids[m] for m in np.flatnonzero(has & (time_left <= 0))]
+    idx = np.flatnonzero(live)
+    return idx, inst.steps_remaining[idx] / time_left[idx], missed
+
+
+def build(inst: Instance, slo: bool = False, packing: bool = False, with_slos: bool = True) -> Program:
+    no_packing("min_cost", packing)
+    price = prices(inst)
+    A = inst.throughput / isolated_throughput(inst, inst.throughput)[:, None]
+    C = A / (inst.scale_factor[:, None] * price[None, :])
+    X, constraints, capacity = allocation_variable(inst)
+    info: dict = {}
+    relaxed = None
+    if slo:
+        idx, rate, missed = slo_rates(inst)
+        info["slo_missed"] = missed
+        if with_slos and len(idx):
+            # Rows divided by the required rate: thr_m / rate_m ≥ 1 (well scaled).
+            B = inst.throughput[idx] / rate[:, None]
+            constraints = constraints + [cp.sum(cp.multiply(B, X[idx]), axis=1) >= 1]
+            relaxed = lambda: build(inst, slo=True, with_slos=False)  # noqa: E731
+        if not with_slos:
+            info["slo_dropped"] = True
+    return Program(
+        problem=cp.Problem(cp.Maximize(cp.sum(cp.multiply(C, X))), constraints),
+        fractions=X,
+        capacity=capacity,
+        share=lambda x: (A * x).sum(axis=1),
+        info=info,
+        relaxed=relaxed,
+        relaxed_note="SLOs cannot all be met: solved without SLO constraints",
+    )

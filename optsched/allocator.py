@@ -1,0 +1,746 @@
+"""The round-based allocator: from time fractions X[m, j] to the jobs that run
+this round and their GPUs (Gavel's mechanism, DESIGN.md §6).
+
+Every round, for job m and type j, with r[m, j] the rounds m received on j
+since the last allocation reset and p[m] the rounds m has been active since
+then (both start at a prior of half a round for jobs that ran before the
+reset, 0 for jobs that never ran):
+
+    fraction[m, j] = r[m, j] / p[m]
+    priority[m, j] = X[m, j] / fraction[m, j]      (jobs below their share > 1)
+                   = X[m, j] · 1e9 when r[m, j] = 0 (never-run jobs first)
+                   = 0 when X[m, j] = 0 or the job cannot run on j.
+
+Per type, in a fixed order (the order of ``cluster.gpus``; ``type_order=
+"shuffle"`` draws a seeded order per round as Gavel's code does), units are
+sorted by (priority, deficit, X) descending and taken greedily, skipping jobs
+already scheduled this round and units wider than the GPUs left. A unit is a
+job on exactly ``scale_factor`` GPUs, or a packed pair (same scale factor)
+that shares its GPUs — only where the allocation gives the pair a fraction
+on that type. Then (``work_conserving=True``) idle GPUs go to the remaining
+jobs that can use them, least served first, at the lowest priority.
+Placement (optsched.placement) maps the units onto servers; a continuing
+job keeps its GPUs when they are free (lease extension).
+
+The allocation is *reset* when the Allocation passed in changes: a different
+object whose X differs from the one in force by more than 1e-9 for some active
+job (so re-solving an unchanged problem, or reloading state from a snapshot
+whose ``prior_allocation`` matches, continues the period). At a reset the
+deficit of every job accumulates X·(rounds present) − (rounds received) over the
+closing period and the counters restart at the prior; surviving jobs keep their
+GPUs and deficits.
+
+Differences from Gavel's code, on purpose: the fraction's denominator is the
+rounds the job has been present since the reset (Gavel divides by the type's
+busy time since the reset, which lets a late arrival catch up for rounds before
+it existed); idle GPUs are filled in a second pass after every type's
+positive-priority walk (Gavel's single walk can put a job on a type where its X
+is 0 before the walk reaches the type it was allocated).
+
+Configuration policies (``allocation.gpu_counts`` not None): job m runs on
+exactly gpu_counts[m, j] GPUs of each type j with a positive count (several
+types for task-level heterogeneity); all of them run — the policy made them
+fit — and idle GPUs stay idle.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optsched.model import Allocation, Cluster, GpuSlot, Instance, OptschedError, Snapshot
+from optsched.placement import DEFAULT_GPUS_PER_SERVER, PLACEMENT_POLICIES, Layout, place
+
+PRIOR_ROUNDS = 0.5  # Gavel: every job starts a period with half a round of time received
+NEVER_RUN = 1e9  # Gavel: priority X·1e9 when the fraction is 0 (not inf, so 2x stays larger)
+RESET_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One round: job → its GPUs, and what changed since the previous round.
+
+    ``continued``: ran last round and this round; ``migrated``: continued on a
+    different set of GPUs; ``note``: warnings (CP-SAT fallback, ignored input).
+    """
+
+    assignments: dict[str, tuple[GpuSlot, ...]]
+    started: tuple[str, ...] = ()
+    preempted: tuple[str, ...] = ()
+    continued: tuple[str, ...] = ()
+    migrated: tuple[str, ...] = ()
+    note: str = ""
+    round: int = 0
+
+    def gpu_type(self, job_id: str) -> str | None:
+        """The type the job runs on this round (the type holding most of its GPUs
+        if a configuration policy split it over types); None if it does not run."""
+        slots = self.assignments.get(job_id)
+        if not slots:
+            return None
+        types = [s.gpu_type for s in slots]
+        return max(dict.fromkeys(types), key=types.count)
+
+    def to_dict(self) -> dict:
+        out = {
+            "placement": {
+                j: [{"server": s.server, "gpu_type": s.gpu_type, "gpu": s.gpu} for s in slots]
+                for j, slots in self.assignments.items()
+            },
+            "started": list(self.started),
+            "preempted": list(self.preempted),
+            "migrated": list(self.migrated),
+        }
+        if self.note:
+            out["placement_note"] = self.note
+        return out
+
+
+@dataclass
+class _PairState:
+    received: np.ndarray  # (k,)
+    present: float = 0.0
+    prior: float = 0.0
+    deficit: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    x: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+class Allocator:
+    """Round-based mechanism + placement. Holds, per job, the rounds received
+    per type since the last allocation reset and the current placement.
+
+    >>> alloc = Allocator(snapshot.cluster)
+    >>> placement = alloc.next_round(instance, allocation)   # every round
+    >>> alloc.remove(finished_job_ids)
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        placement: str = "consolidated",
+        seed: int = 0,
+        round_length: float = 360.0,
+        placement_time_limit: float = 1.0,
+        *,
+        gpus_per_server: int = DEFAULT_GPUS_PER_SERVER,
+        type_order: str | Sequence[str] = "fixed",
+        work_conserving: bool = True,
+    ):
+        if placement not in PLACEMENT_POLICIES:
+            raise OptschedError(f"placement: unknown policy {placement!r} (choose from {', '.join(PLACEMENT_POLICIES)})")
+        if not round_length > 0:
+            raise OptschedError(f"round_length: must be positive (got {round_length})")
+        if not placement_time_limit > 0:
+            raise OptschedError(f"placement_time_limit: must be positive (got {placement_time_limit})")
+        self.cluster = cluster
+        self.placement = placement
+        self.seed = int(seed)
+        self.round_length = float(round_length)
+        self.placement_time_limit = float(placement_time_limit)
+        self.work_conserving = work_conserving
+        self.layout = Layout.from_cluster(cluster, gpus_per_server)
+        self.gpu_types: tuple[str, ...] = tuple(sorted(cluster.gpus))  # columns, as in Instance
+        self._col = {t: c for c, t in enumerate(self.gpu_types)}
+        self._capacity = np.array([cluster.gpus[t] for t in self.gpu_types], dtype=np.int64)
+        if type_order in ("fixed", "shuffle"):
+            self._walk = [self._col[t] for t in cluster.gpus]
+            self._shuffle = type_order == "shuffle"
+        else:
+            unknown = [t for t in type_order if t not in self._col]
+            if unknown or sorted(type_order) != sorted(self.gpu_types):
+                raise OptschedError(f"type_order: must list each GPU type once ({', '.join(cluster.gpus)})")
+            self._walk = [self._col[t] for t in type_order]
+            self._shuffle = False
+        k = len(self.gpu_types)
+        self._row: dict[str, int] = {}
+        self._ids: list[str | None] = []
+        self._received = np.zeros((0, k))
+        self._present = np.zeros(0)
+        self._prior = np.zeros(0)
+        self._deficit = np.zeros((0, k))
+        self._x = np.zeros((0, k))
+        self._ever = np.zeros(0, dtype=bool)
+        self._tiebreak = np.zeros(0)
+        self._removed: set[str] = set()
+        self._pairs: dict[tuple[str, str], _PairState] = {}
+        # Current placement: job -> {column: GPU numbers}, and the unit it ran in
+        # (its own id, or the sorted pair of ids).
+        self._gpus: dict[str, dict[int, np.ndarray]] = {}
+        self._unit: dict[str, str | tuple[str, str]] = {}
+        self._last_credit: dict[tuple[str | tuple[str, str], int], float] = {}
+        self._allocation: Allocation | None = None
+        self._adopt_first = False  # loaded state without prior_allocation: continue its period
+        self._round = 0
+        self._cache: dict = {}
+
+    # ------------------------------------------------------------------
+    # State in and out
+    # ------------------------------------------------------------------
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot, placement: str = "consolidated", **options) -> "Allocator":
+        """An allocator holding the state a snapshot carries (rounds_received,
+        rounds_present, deficits, placement, prior_allocation)."""
+        alloc = cls(snap.cluster, placement=placement, **options)
+        alloc.load_state(snap.model_dump(include={"rounds_received", "rounds_present", "deficits", "placement", "prior_allocation"}),
+                         active={j.id for j in snap.jobs})
+        return alloc
+
+    def load_state(self, state: dict, active: set[str] | None = None) -> None:
+        """Load the fields ``state()`` returns. Validates everything before
+        changing anything; a placement naming missing servers or GPUs, or two
+        jobs on one GPU that are not a packed pair, is an OptschedError.
+        Jobs not in ``active`` (when given) are dropped: they have finished."""
+        keep = (lambda j: True) if active is None else (lambda j: j in active)
+        received = {j: v for j, v in (state.get("rounds_received") or {}).items() if keep(j)}
+        present = {j: v for j, v in (state.get("rounds_present") or {}).items() if keep(j)}
+        deficits = {j: v for j, v in (state.get("deficits") or {}).items() if keep(j)}
+        prior = {j: v for j, v in (state.get("prior_allocation") or {}).items() if keep(j)}
+        raw_placement = {j: v for j, v in (state.get("placement") or {}).items() if keep(j)}
+        for name, table in (("rounds_received", received), ("deficits", deficits), ("prior_allocation", prior)):
+            for j, per_type in table.items():
+                for t, v in per_type.items():
+                    if t not in self._col:
+                        raise OptschedError(f"{name}[{j!r}]: unknown GPU type {t!r}")
+                    if not np.isfinite(v) or (name != "deficits" and v < 0):
+                        raise OptschedError(f"{name}[{j!r}][{t!r}]: must be a finite non-negative number (got {v})")
+        for j, v in present.items():
+            if not np.isfinite(v) or v < 0:
+                raise OptschedError(f"rounds_present[{j!r}]: must be a finite non-negative number (got {v})")
+        gpus: dict[str, dict[int, np.ndarray]] = {}
+        holder: dict[tuple[int, int], list[str]] = {}
+        for j, slots in raw_placement.items():
+            per: dict[int, list[int]] = {}
+            for i, s in enumerate(slots):
+                s = s if isinstance(s, GpuSlot) else GpuSlot.model_validate(s)
+                t, g = self.layout.locate(s, f"placement[{j!r}][{i}]")
+                per.setdefault(self._col[t], []).append(g)
+                holder.setdefault((self._col[t], g), []).append(j)
+            gpus[j] = {c: np.array(sorted(set(v)), dtype=np.int64) for c, v in per.items()}
+        unit: dict[str, str | tuple[str, str]] = {j: j for j in gpus}
+        for (c, g), js in holder.items():
+            if len(js) == 1:
+                continue
+            a, b = sorted(js)[:2]
+            if len(js) > 2 or not _same_gpus(gpus[a], gpus[b]):
+                t = self.gpu_types[c]
+                slot = self.layout.types[t].slots[g]
+                raise OptschedError(
+                    f"placement: GPU {g_name(slot)} is held by {', '.join(map(repr, js))} (only a packed pair may share GPUs)"
+                )
+            unit[a] = unit[b] = (a, b)
+        # Validated: apply.
+        ids = list(dict.fromkeys([*received, *present, *deficits, *prior, *gpus]))
+        self._append_rows([j for j in ids if j not in self._row])
+        longest = max((sum(v.values()) for v in received.values()), default=0.0)
+        for j in ids:
+            r = self._row[j]
+            for t, v in received.get(j, {}).items():
+                self._received[r, self._col[t]] = v
+            for t, v in deficits.get(j, {}).items():
+                self._deficit[r, self._col[t]] = v
+            for t, v in prior.get(j, {}).items():
+                self._x[r, self._col[t]] = v
+            ran = j in gpus or sum(received.get(j, {}).values()) > 0
+            # Without rounds_present, assume the job was present as long as the
+            # longest-served job (the period length when some job ran every round).
+            self._present[r] = present.get(j, max(longest, sum(received.get(j, {}).values())))
+            self._ever[r] = ran
+        self._gpus, self._unit = gpus, unit
+        self._allocation = None
+        self._adopt_first = bool(received or gpus) and not prior
+
+    def state(self) -> dict:
+        """JSON-able allocator state, named like the Snapshot fields that carry it."""
+        t = self.gpu_types
+
+        def table(a: np.ndarray) -> dict:
+            return {
+                j: {t[c]: float(a[r, c]) for c in np.flatnonzero(a[r])}
+                for j, r in self._row.items()
+                if a[r].any()
+            }
+
+        placement = {}
+        for j, per in self._gpus.items():
+            slots = [self.layout.types[t[c]].slots[g] for c, gs in sorted(per.items()) for g in gs]
+            placement[j] = [{"server": s.server, "gpu_type": s.gpu_type, "gpu": s.gpu} for s in slots]
+        return {
+            "rounds_received": table(self._received),
+            "rounds_present": {j: float(self._present[r]) for j, r in self._row.items()},
+            "deficits": table(self._deficit),
+            "prior_allocation": table(self._x),
+            "placement": placement,
+        }
+
+    # ------------------------------------------------------------------
+    # Events from the executor
+    # ------------------------------------------------------------------
+
+    def record(self, job_id: str, gpu_type: str, seconds: float) -> None:
+        """The job actually ran ``seconds`` on ``gpu_type`` in the last round
+        (e.g. it finished mid-round). Replaces the full round next_round
+        counted for it on that type; adds to it if none was counted. For a
+        packed pair, the last call for either job sets the pair's credit."""
+        if job_id not in self._row:
+            raise OptschedError(f"record: unknown job {job_id!r}")
+        if gpu_type not in self._col:
+            raise OptschedError(f"record: unknown GPU type {gpu_type!r}")
+        if not np.isfinite(seconds) or seconds < 0:
+            raise OptschedError(f"record: seconds must be a finite non-negative number (got {seconds})")
+        c = self._col[gpu_type]
+        unit = self._unit.get(job_id, job_id)
+        credit = seconds / self.round_length
+        delta = credit - self._last_credit.get((unit, c), 0.0)
+        self._last_credit[(unit, c)] = credit
+        if isinstance(unit, tuple):
+            if unit in self._pairs:
+                ps = self._pairs[unit]
+                ps.received[c] = max(ps.received[c] + delta, 0.0)
+        else:
+            r = self._row[job_id]
+            self._received[r, c] = max(self._received[r, c] + delta, 0.0)
+
+    def remove(self, job_ids: str | Iterable[str]) -> None:
+        """Finished jobs leave: their GPUs are freed and their counters dropped.
+        Removing a job twice is a no-op; a job never seen is an error."""
+        ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
+        unknown = [j for j in ids if j not in self._row and j not in self._removed]
+        if unknown:
+            raise OptschedError(f"remove: unknown job {unknown[0]!r}")
+        gone = set(ids)
+        for j in ids:
+            r = self._row.pop(j, None)
+            if r is not None:
+                self._ids[r] = None
+            self._gpus.pop(j, None)
+            self._unit.pop(j, None)
+            self._removed.add(j)
+        for key in [p for p in self._pairs if gone & set(p)]:
+            del self._pairs[key]
+        for j, u in list(self._unit.items()):  # a pair partner now runs alone
+            if isinstance(u, tuple) and gone & set(u):
+                self._unit[j] = j
+        self._last_credit = {k: v for k, v in self._last_credit.items() if not (gone & set(_members(k[0])))}
+        if len(self._ids) > 64 and len(self._row) < len(self._ids) // 2:
+            self._compact()
+
+    # ------------------------------------------------------------------
+    # The round
+    # ------------------------------------------------------------------
+
+    def next_round(self, jobs: Instance | Snapshot, allocation: Allocation) -> Placement:
+        """Choose this round's jobs and GPUs. ``jobs``: the active jobs. Jobs the
+        allocation does not cover get X = 0 (they only fill idle GPUs); an
+        allocation naming a job never seen is an OptschedError; jobs the
+        allocation names that were removed are ignored. Nothing changes in the
+        allocator if this raises."""
+        inst = self._instance(jobs)
+        n, k = inst.n, len(self.gpu_types)
+        ids = inst.job_ids
+        cols = self._columns(inst.gpu_types)
+        T = np.zeros((n, k))
+        T[:, cols] = inst.throughput
+        sf = inst.scale_factor
+        if n and (not np.all(np.isfinite(sf)) or np.any(sf < 1) or np.any(sf != np.round(sf))):
+            m = int(np.flatnonzero(~np.isfinite(sf) | (sf < 1) | (sf != np.round(sf)))[0]) if n else 0
+            raise OptschedError(f"jobs[{m}].scale_factor: job {ids[m]!r} needs a positive whole number of GPUs (got {sf[m]})")
+        sf = sf.astype(np.int64)
+        usable = (T > 0) & (sf[:, None] <= self._capacity[None, :])
+        stuck = ~usable.any(axis=1)
+        if stuck.any():
+            m = int(np.flatnonzero(stuck)[0])
+            have = ", ".join(f"{t} {int(c)}" for t, c in zip(self.gpu_types, self._capacity) if T[m, self._col[t]] > 0)
+            raise OptschedError(
+                f"jobs[{m}].scale_factor: job {ids[m]!r} needs {sf[m]} GPUs but no GPU type it can run on has "
+                f"that many ({have or 'it has no positive throughput'})"
+            )
+        X, pairs, counts = self._read_allocation(allocation, inst, cols)
+        notes = []
+        if (X > 0).any() and (X[~usable] > 0).any():
+            notes.append("allocation gives time on types some jobs cannot use; ignored")
+        X = np.where(usable, X, 0.0)
+
+        rows = np.fromiter((self._row.get(j, -1) for j in ids), dtype=np.int64, count=n)
+        known = rows >= 0
+        reset = self._is_reset(allocation, ids, rows, known, X, pairs)
+        if reset:
+            full = self._reset_arrays()
+            pair_state = self._reset_pairs()
+        else:
+            full = None
+            pair_state = self._pairs
+        src = full or {"received": self._received, "present": self._present, "deficit": self._deficit}
+        rec = np.zeros((n, k))
+        pres = np.zeros(n)
+        deficit = np.zeros((n, k))
+        rec[known] = src["received"][rows[known]]
+        pres[known] = src["present"][rows[known]]
+        deficit[known] = src["deficit"][rows[known]]
+        tiebreak = np.array([self._tiebreak[r] if r >= 0 else _tiebreak(self.seed, j) for j, r in zip(ids, rows)])
+
+        units: list[list[tuple[tuple[int, ...], int]]] = [[] for _ in range(k)]  # per column: (members, width)
+        if counts is not None:
+            self._units_from_counts(counts, units)
+        else:
+            self._walk_priorities(X, rec, pres, deficit, tiebreak, usable, sf, pairs, pair_state, units, ids)
+
+        # Placement, type by type.
+        gpus_now: dict[str, dict[int, np.ndarray]] = {}
+        unit_now: dict[str, str | tuple[str, str]] = {}
+        limit = self.placement_time_limit / max(1, sum(1 for u in units if u))
+        for c, us in enumerate(units):
+            if not us:
+                continue
+            tl = self.layout.types[self.gpu_types[c]]
+            widths = np.array([w for _, w in us], dtype=np.int64)
+            keys = [_unit_key(ids, mem) for mem, _ in us]
+            prev = [self._previous(key, c) for key in keys]
+            res = place(tl, widths, prev, self.placement, limit, self.seed)
+            if res.note:
+                notes.append(f"{tl.gpu_type}: {res.note}")
+            for (mem, _), key, g in zip(us, keys, res.gpus):
+                for m in mem:
+                    gpus_now.setdefault(ids[m], {})[c] = g
+                    unit_now[ids[m]] = key
+
+        running = np.fromiter((j in gpus_now for j in ids), dtype=bool, count=n)
+        was = np.fromiter((j in self._gpus for j in ids), dtype=bool, count=n)
+        idx = np.arange(n)
+        continued = tuple(ids[m] for m in idx[running & was])
+        migrated = tuple(j for j in continued if not _same_gpus(gpus_now[j], self._gpus[j]))
+        assignments = {
+            ids[m]: tuple(
+                s for c, g in sorted(gpus_now[ids[m]].items()) for s in (self.layout.types[self.gpu_types[c]].slots[i] for i in g)
+            )
+            for m in idx[running]
+        }
+        result = Placement(
+            assignments=assignments,
+            started=tuple(ids[m] for m in idx[running & ~was]),
+            preempted=tuple(ids[m] for m in idx[was & ~running]),
+            continued=continued,
+            migrated=migrated,
+            note="; ".join(notes),
+            round=self._round,
+        )
+        self._commit(ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, gpus_now, unit_now, allocation)
+        return result
+
+    # ------------------------------------------------------------------
+    # Internals
+    # ------------------------------------------------------------------
+
+    def _walk_priorities(self, X, rec, pres, deficit, tiebreak, usable, sf, pairs, pair_state, units, ids) -> None:
+        n = len(ids)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pri = np.where(X > 0, np.where(rec > 0, X * pres[:, None] / rec, X * NEVER_RUN), 0.0)
+        # Pairs: (a, b, width, pair priority per type, deficit, x) where allowed.
+        pair_rows = []
+        for a, b, xp in pairs:
+            if sf[a] != sf[b]:
+                continue  # Gavel packs only jobs of the same scale factor
+            key = _pair_key(ids[a], ids[b])
+            ps = pair_state.get(key)
+            r = ps.received if ps is not None else np.zeros(len(xp))
+            p = ps.present if ps is not None else 0.0
+            d = ps.deficit if ps is not None else np.zeros(len(xp))
+            ok = usable[a] & usable[b] & (xp > 0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pp = np.where(ok, np.where(r > 0, xp * p / r, xp * NEVER_RUN), 0.0)
+            pair_rows.append((a, b, pp, d, xp))
+        sched = [False] * n
+        sfl = sf.tolist()
+        free = self._capacity.copy()
+        walk = self._walk
+        if self._shuffle:
+            walk = list(np.random.default_rng((self.seed, self._round)).permutation(walk))
+        for c in walk:
+            cand = np.flatnonzero(pri[:, c] > 0)
+            keys_pri, keys_def, keys_x, keys_tb = pri[cand, c], deficit[cand, c], X[cand, c], tiebreak[cand]
+            entries = cand
+            if pair_rows:
+                pc = [(i, pr) for i, pr in enumerate(pair_rows) if pr[2][c] > 0]
+                if pc:
+                    entries = np.concatenate([cand, n + np.array([i for i, _ in pc])])
+                    keys_pri = np.concatenate([keys_pri, [pr[2][c] for _, pr in pc]])
+                    keys_def = np.concatenate([keys_def, [pr[3][c] for _, pr in pc]])
+                    keys_x = np.concatenate([keys_x, [pr[4][c] for _, pr in pc]])
+                    keys_tb = np.concatenate([keys_tb, [0.5 * (tiebreak[pr[0]] + tiebreak[pr[1]]) for _, pr in pc]])
+            order = entries[np.lexsort((keys_tb, -keys_x, -keys_def, -keys_pri))]
+            left = int(free[c])
+            for e in order.tolist():
+                if left == 0:
+                    break
+                if e < n:
+                    if sched[e] or sfl[e] > left:
+                        continue
+                    sched[e] = True
+                    left -= sfl[e]
+                    units[c].append(((e,), sfl[e]))
+                else:
+                    a, b = pair_rows[e - n][:2]
+                    if sched[a] or sched[b] or sfl[a] > left:
+                        continue
+                    sched[a] = sched[b] = True
+                    left -= sfl[a]
+                    units[c].append(((a, b), sfl[a]))
+            free[c] = left
+        if not self.work_conserving or not free.any():
+            return
+        # Work conservation: idle GPUs to jobs not yet running, least served first.
+        served = rec.sum(axis=1) / np.maximum(pres, 1.0)
+        for c in walk:
+            left = int(free[c])
+            if left == 0:
+                continue
+            cand = np.flatnonzero(usable[:, c] & ~np.array(sched, dtype=bool) & (sf <= left))
+            for e in cand[np.lexsort((tiebreak[cand], served[cand]))].tolist():
+                if left == 0:
+                    break
+                if sched[e] or sfl[e] > left:
+                    continue
+                sched[e] = True
+                left -= sfl[e]
+                units[c].append(((e,), sfl[e]))
+            free[c] = left
+
+    def _units_from_counts(self, counts: np.ndarray, units) -> None:
+        over = counts.sum(axis=0) > self._capacity
+        if over.any():
+            c = int(np.flatnonzero(over)[0])
+            raise OptschedError(
+                f"allocation.gpu_counts: {int(counts[:, c].sum())} {self.gpu_types[c]} GPUs requested, "
+                f"{int(self._capacity[c])} exist"
+            )
+        for m, c in zip(*np.nonzero(counts)):
+            units[c].append(((int(m),), int(counts[m, c])))
+
+    def _previous(self, key, c: int) -> np.ndarray | None:
+        first = key[0] if isinstance(key, tuple) else key
+        if self._unit.get(first) != key:
+            return None
+        return self._gpus[first].get(c)
+
+    def _instance(self, jobs) -> Instance:
+        if isinstance(jobs, Instance):
+            return jobs
+        if isinstance(jobs, Snapshot):
+            hit = self._cache.get("snapshot")
+            if hit is not None and hit[0] is jobs:
+                return hit[1]
+            inst = Instance.from_snapshot(jobs)
+            self._cache["snapshot"] = (jobs, inst)
+            return inst
+        raise OptschedError(f"jobs: expected an Instance or a Snapshot, got {type(jobs).__name__}")
+
+    def _columns(self, gpu_types: tuple[str, ...]) -> np.ndarray:
+        hit = self._cache.get("columns")
+        if hit is not None and hit[0] == gpu_types:
+            return hit[1]
+        unknown = [t for t in gpu_types if t not in self._col]
+        if unknown:
+            raise OptschedError(f"jobs: unknown GPU type {unknown[0]!r} (cluster has {', '.join(self.gpu_types)})")
+        cols = np.array([self._col[t] for t in gpu_types], dtype=np.int64)
+        self._cache["columns"] = (gpu_types, cols)
+        return cols
+
+    def _read_allocation(self, allocation: Allocation, inst: Instance, cols_inst: np.ndarray):
+        """X (n, k) in the allocator's columns, pairs [(a, b, x_pair (k,))], gpu_counts (n, k) or None."""
+        if not isinstance(allocation, Allocation):
+            raise OptschedError(f"allocation: expected an Allocation, got {type(allocation).__name__}")
+        hit = self._cache.get("allocation")
+        if hit is not None and hit[0] is allocation and hit[1] is inst.job_ids:
+            return hit[2]
+        n, k = inst.n, len(self.gpu_types)
+        pos = {j: m for m, j in enumerate(inst.job_ids)}
+        where = np.fromiter((pos.get(j, -1) for j in allocation.job_ids), dtype=np.int64, count=len(allocation.job_ids))
+        missing = np.flatnonzero(where < 0)
+        for a in missing:
+            j = allocation.job_ids[a]
+            if j not in self._row and j not in self._removed:
+                raise OptschedError(f"allocation: job {j!r} (row {a}) is not among the active jobs")
+        acols = []
+        for t in allocation.gpu_types:
+            if t not in self._col:
+                raise OptschedError(f"allocation: unknown GPU type {t!r} (cluster has {', '.join(self.gpu_types)})")
+            acols.append(self._col[t])
+        acols = np.array(acols, dtype=np.int64)
+        F = np.asarray(allocation.fractions, dtype=float)
+        if F.shape != (len(allocation.job_ids), len(allocation.gpu_types)):
+            raise OptschedError(f"allocation.fractions: shape {F.shape} does not match its job_ids × gpu_types")
+        bad = ~np.isfinite(F) | (F < 0)
+        if bad.any():
+            a = int(np.argwhere(bad)[0][0])
+            raise OptschedError(f"allocation.fractions[{a}]: job {allocation.job_ids[a]!r} has a negative or non-finite fraction")
+        ok = where >= 0
+        X = np.zeros((n, k))
+        X[np.ix_(where[ok], acols)] = F[ok]
+        pairs = []
+        if len(allocation.pairs):
+            PF = np.asarray(allocation.pair_fractions, dtype=float)
+            for p, (a, b) in enumerate(np.asarray(allocation.pairs, dtype=np.int64)):
+                if where[a] < 0 or where[b] < 0:
+                    continue
+                if not np.all(np.isfinite(PF[p])) or np.any(PF[p] < 0):
+                    raise OptschedError(f"allocation.pair_fractions[{p}]: negative or non-finite fraction")
+                xp = np.zeros(k)
+                xp[acols] = PF[p]
+                if xp.any():
+                    pairs.append((int(where[a]), int(where[b]), xp))
+        counts = None
+        if allocation.gpu_counts is not None:
+            G = np.asarray(allocation.gpu_counts)
+            if G.shape != F.shape or np.any(G < 0) or np.any(G != np.round(G)):
+                raise OptschedError("allocation.gpu_counts: must be whole non-negative numbers shaped like fractions")
+            counts = np.zeros((n, k), dtype=np.int64)
+            counts[np.ix_(where[ok], acols)] = G[ok].astype(np.int64)
+        out = (X, pairs, counts)
+        self._cache["allocation"] = (allocation, inst.job_ids, out)
+        return out
+
+    def _is_reset(self, allocation, ids, rows, known, X, pairs) -> bool:
+        if allocation is self._allocation:
+            return False
+        if self._allocation is None and self._adopt_first:
+            return False
+        if self._allocation is None and not self._row and not self._pairs:
+            return True  # first allocation ever: start the first period
+        x_old = np.zeros_like(X)
+        x_old[known] = self._x[rows[known]]
+        if X.size and np.abs(X - x_old).max() > RESET_TOLERANCE:
+            return True
+        new = {_pair_key(ids[a], ids[b]): xp for a, b, xp in pairs}
+        cur = {key: ps.x for key, ps in self._pairs.items() if ps.x.any()}
+        if set(cur) != set(new):
+            return True
+        return any(np.abs(cur[key] - new[key]).max() > RESET_TOLERANCE for key in cur)
+
+    def _reset_arrays(self) -> dict:
+        """Close the period: deficit += X·(present − prior) − (received − prior);
+        counters restart at the prior (half a round) for jobs that ever ran."""
+        deficit = self._deficit + self._x * (self._present - self._prior)[:, None] - (self._received - self._prior[:, None])
+        prior = np.where(self._ever, PRIOR_ROUNDS, 0.0)
+        return {
+            "received": np.repeat(prior[:, None], len(self.gpu_types), axis=1),
+            "present": prior.copy(),
+            "prior": prior,
+            "deficit": deficit,
+            "x": np.zeros_like(self._x),
+        }
+
+    def _reset_pairs(self) -> dict:
+        out = {}
+        for key, ps in self._pairs.items():
+            d = ps.deficit + ps.x * (ps.present - ps.prior) - (ps.received - ps.prior)
+            ran = ps.received.sum() > ps.prior * len(ps.received)
+            pr = PRIOR_ROUNDS if ran else 0.0
+            out[key] = _PairState(np.full(len(ps.received), pr), pr, pr, d, np.zeros_like(ps.x))
+        return out
+
+    def _commit(self, ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, gpus_now, unit_now, allocation):
+        k = len(self.gpu_types)
+        if full is not None:
+            self._received, self._present, self._prior = full["received"], full["present"], full["prior"]
+            self._deficit, self._x = full["deficit"], full["x"]
+            self._pairs = pair_state
+        new = [ids[m] for m in np.flatnonzero(~known)]
+        if new:
+            self._append_rows(new)
+            rows = np.fromiter((self._row[j] for j in ids), dtype=np.int64, count=len(ids))
+        self._tiebreak[rows] = tiebreak
+        # Credit one round per unit scheduled.
+        credit = np.zeros((len(ids), k))
+        self._last_credit = {}
+        for c, us in enumerate(units):
+            for mem, _ in us:
+                key = _unit_key(ids, mem)
+                self._last_credit[(key, c)] = 1.0
+                if len(mem) == 1:
+                    credit[mem[0], c] = 1.0
+                else:
+                    ps = self._pairs.get(key)
+                    if ps is None:
+                        ps = self._pairs[key] = _PairState(np.zeros(k), 0.0, 0.0, np.zeros(k), np.zeros(k))
+                    ps.received[c] += 1.0
+                    self._ever[rows[list(mem)]] = True
+        self._received[rows] = rec + credit
+        self._present[rows] = pres + 1.0
+        self._deficit[rows] = deficit
+        self._x[rows] = X
+        self._ever[rows] |= credit.any(axis=1)
+        # Pair bookkeeping: X in force and presence.
+        for a, b, xp in pairs:
+            key = _pair_key(ids[a], ids[b])
+            ps = self._pairs.get(key)
+            if ps is None:
+                ps = self._pairs[key] = _PairState(np.zeros(k), 0.0, 0.0, np.zeros(k), np.zeros(k))
+            ps.x = xp
+            ps.present += 1.0
+        self._gpus, self._unit = gpus_now, unit_now
+        self._allocation = allocation
+        self._adopt_first = False
+        self._round += 1
+
+    def _append_rows(self, new_ids: list[str]) -> None:
+        start = len(self._ids)
+        need = start + len(new_ids)
+        if need > len(self._present):
+            size = max(need, 2 * len(self._present), 64)
+            self._received = _grow(self._received, size)
+            self._present = _grow(self._present, size)
+            self._prior = _grow(self._prior, size)
+            self._deficit = _grow(self._deficit, size)
+            self._x = _grow(self._x, size)
+            self._ever = _grow(self._ever, size)
+            self._tiebreak = _grow(self._tiebreak, size)
+        for i, j in enumerate(new_ids):
+            self._row[j] = start + i
+            self._ids.append(j)
+            self._removed.discard(j)
+            self._tiebreak[start + i] = _tiebreak(self.seed, j)
+
+    def _compact(self) -> None:
+        live = np.array([r for r in range(len(self._ids)) if self._ids[r] is not None], dtype=np.int64)
+        for name in ("_received", "_present", "_prior", "_deficit", "_x", "_ever", "_tiebreak"):
+            setattr(self, name, getattr(self, name)[live].copy())
+        self._ids = [self._ids[r] for r in live]
+        self._row = {j: r for r, j in enumerate(self._ids)}
+
+
+def _grow(a: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros((size, *a.shape[1:]), dtype=a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+def _tiebreak(seed: int, job_id: str) -> float:
+    """A fixed pseudo-random number per (seed, job): breaks exact ties without
+    favouring low job indices, with no RNG state to keep in sync."""
+    return zlib.crc32(f"{seed}:{job_id}".encode()) / 2**32
+
+
+def _pair_key(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
+
+
+def _unit_key(ids, members: tuple[int, ...]):
+    return ids[members[0]] if len(members) == 1 else _pair_key(ids[members[0]], ids[members[1]])
+
+
+def _members(key) -> tuple[str, ...]:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _same_gpus(a: dict[int, np.ndarray], b: dict[int, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(np.sort(a[c]), np.sort(b[c])) for c in a)
+
+
+def g_name(slot: GpuSlot) -> str:
+    return f"{slot.server}:{slot.gpu}"
+
+
+__all__ = ["Allocator", "Placement"]

@@ -1,0 +1,377 @@
+"""Placement: which GPUs of which servers the jobs chosen for a round run on.
+
+The allocator (optsched.allocator) decides, per GPU type, which *units* run
+this round — a unit is one job, or a packed pair sharing the same GPUs, of
+width w (its scale factor, or its GPU count for configuration policies). This
+module maps the units of one type onto that type's servers:
+
+    every unit gets exactly w distinct GPUs of the type,
+    no GPU is given to two units,
+    a continuing unit keeps its previous GPUs when they are all still free
+    (lease extension: no needless migration).
+
+Policies (``PLACEMENT_POLICIES``):
+
+- ``consolidated`` (default): lease extension first; then multi-GPU units,
+  widest first, each on the fullest server that still fits it whole (best fit),
+  otherwise on the fewest servers (largest free counts first, the remainder on
+  the smallest server that holds it); then one-GPU units fill the partly used
+  servers first, keeping whole servers free for wide jobs.
+- ``first_fit``: lease extension first; then widest first, the lowest-numbered
+  free GPUs (Gavel's strided walk over servers, ``_assign_workers_to_job``).
+- ``cpsat``: exact — minimize the servers spanned (Σ_u #servers of u), then the
+  migrations (continuing units that lose their GPUs), with OR-tools CP-SAT
+  (``num_workers=1``, a time limit, the consolidated greedy as hint). The
+  greedy result is kept when CP-SAT does not beat it (time limit, model too
+  large), with a note saying so.
+
+Servers come from ``cluster.servers``. When absent they are synthesized per
+type: ``gpus_per_server`` GPUs each (default 4, the server size of Gavel's
+physical cluster), the remainder on a last, smaller server; ids
+``"<type>-<i>"``, GPU indices 0..n-1 within a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from optsched.model import Cluster, GpuSlot, OptschedError
+
+PLACEMENT_POLICIES = ("consolidated", "first_fit", "cpsat")
+DEFAULT_GPUS_PER_SERVER = 4
+# CP-SAT model size (multi-GPU units × servers of the type) beyond which the
+# greedy result is kept: past this, CP-SAT rarely improves within a second.
+CPSAT_MAX_PAIRS = 60_000
+
+
+# --------------------------------------------------------------------------
+# Layout: servers and GPUs of each type
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypeLayout:
+    """The GPUs of one type, numbered 0..W-1 server by server."""
+
+    gpu_type: str
+    server_ids: tuple[str, ...]
+    server_capacity: np.ndarray  # (S,) GPUs per server
+    server_start: np.ndarray  # (S,) first GPU number of each server
+    server_of: np.ndarray  # (W,) server of each GPU
+    slots: tuple[GpuSlot, ...]  # (W,) built once, reused every round
+
+    @property
+    def W(self) -> int:
+        return len(self.slots)
+
+    @property
+    def S(self) -> int:
+        return len(self.server_ids)
+
+    def free_per_server(self, free: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(free.astype(np.int64), self.server_start) if self.S else np.zeros(0, np.int64)
+
+    def min_servers(self, width: int) -> int:
+        """Fewest servers that can hold ``width`` GPUs (largest servers first):
+        a lower bound on the servers a unit of that width spans."""
+        cum = np.cumsum(np.sort(self.server_capacity)[::-1])
+        return int(np.searchsorted(cum, width) + 1)
+
+
+@dataclass(frozen=True)
+class Layout:
+    types: dict[str, TypeLayout]
+    index: dict[tuple[str, int], tuple[str, int]]  # (server id, gpu) -> (type, GPU number)
+
+    @classmethod
+    def from_cluster(cls, cluster: Cluster, gpus_per_server: int = DEFAULT_GPUS_PER_SERVER) -> "Layout":
+        if gpus_per_server < 1:
+            raise OptschedError(f"gpus_per_server: must be at least 1 (got {gpus_per_server})")
+        per_type: dict[str, list[tuple[str, int]]] = {t: [] for t in cluster.gpus}
+        if cluster.servers:
+            for s in cluster.servers:
+                per_type[s.gpu_type].append((s.id, s.gpus))
+        else:
+            for t, count in cluster.gpus.items():
+                full, rest = divmod(count, gpus_per_server)
+                sizes = [gpus_per_server] * full + ([rest] if rest else [])
+                per_type[t] = [(f"{t}-{i}", g) for i, g in enumerate(sizes)]
+        types: dict[str, TypeLayout] = {}
+        index: dict[tuple[str, int], tuple[str, int]] = {}
+        for t, servers in per_type.items():
+            caps = np.array([g for _, g in servers], dtype=np.int64)
+            starts = np.concatenate([[0], np.cumsum(caps)[:-1]]).astype(np.int64) if len(caps) else np.zeros(0, np.int64)
+            slots = []
+            for sid, g in servers:
+                for i in range(g):
+                    index[(sid, i)] = (t, len(slots))
+                    slots.append(GpuSlot.model_construct(server=sid, gpu_type=t, gpu=i))
+            types[t] = TypeLayout(
+                gpu_type=t,
+                server_ids=tuple(s for s, _ in servers),
+                server_capacity=caps,
+                server_start=starts,
+                server_of=np.repeat(np.arange(len(caps)), caps),
+                slots=tuple(slots),
+            )
+        return cls(types=types, index=index)
+
+    def locate(self, slot: GpuSlot, where: str) -> tuple[str, int]:
+        """(type, GPU number) of a slot; OptschedError naming ``where`` if stale."""
+        hit = self.index.get((slot.server, slot.gpu))
+        if hit is None:
+            known = any(s == slot.server for s, _ in self.index)
+            what = f"GPU {slot.gpu} of server {slot.server!r}" if known else f"unknown server {slot.server!r}"
+            raise OptschedError(f"{where}: {what} is not in the cluster (stale placement?)")
+        if hit[0] != slot.gpu_type:
+            raise OptschedError(f"{where}: server {slot.server!r} has {hit[0]} GPUs, not {slot.gpu_type}")
+        return hit
+
+
+# --------------------------------------------------------------------------
+# Placing the units of one type
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypePlacement:
+    gpus: list[np.ndarray]  # per unit, its GPU numbers
+    spans: int  # Σ_u servers spanned
+    migrations: int  # continuing units whose GPU set changed
+    note: str = ""
+
+
+def place(
+    layout: TypeLayout,
+    widths: np.ndarray,
+    previous: list[np.ndarray | None],
+    policy: str = "consolidated",
+    time_limit: float = 1.0,
+    seed: int = 0,
+) -> TypePlacement:
+    """Place units of the given widths (Σ widths ≤ W) on one type's GPUs.
+    ``previous[u]`` is unit u's GPUs last round (same type), or None."""
+    widths = np.asarray(widths, dtype=np.int64)
+    if widths.sum() > layout.W:
+        raise OptschedError(f"placement: {widths.sum()} {layout.gpu_type} GPUs requested, only {layout.W} exist")
+    previous = _valid_previous(layout, widths, previous)
+    if policy == "cpsat":
+        return place_cpsat(layout, widths, previous, time_limit, seed)
+    if policy not in PLACEMENT_POLICIES:
+        raise OptschedError(f"placement: unknown policy {policy!r} (choose from {', '.join(PLACEMENT_POLICIES)})")
+    gpus = _greedy(layout, widths, previous, consolidate=policy == "consolidated")
+    return _scored(layout, gpus, previous)
+
+
+def _valid_previous(layout: TypeLayout, widths: np.ndarray, previous) -> list[np.ndarray | None]:
+    """Keep a unit's previous GPUs as a lease candidate only when the width is
+    unchanged and no earlier unit (widest first) claims any of them — stale
+    overlaps happen when a packed pair is split."""
+    out: list[np.ndarray | None] = [None] * len(widths)
+    claimed = np.zeros(layout.W, dtype=bool)
+    for u in np.argsort(-widths, kind="stable"):
+        p = previous[u]
+        if p is None or len(p) != widths[u] or claimed[p].any():
+            continue
+        claimed[p] = True
+        out[u] = p
+    return out
+
+
+def _scored(layout: TypeLayout, gpus: list[np.ndarray], previous, note: str = "") -> TypePlacement:
+    spans = sum(len(np.unique(layout.server_of[g])) for g in gpus)
+    moved = sum(
+        1 for g, p in zip(gpus, previous) if p is not None and not np.array_equal(np.sort(g), np.sort(p))
+    )
+    return TypePlacement(gpus=gpus, spans=spans, migrations=moved, note=note)
+
+
+def _greedy(layout: TypeLayout, widths: np.ndarray, previous, consolidate: bool) -> list[np.ndarray]:
+    free = np.ones(layout.W, dtype=bool)
+    out: list[np.ndarray | None] = [None] * len(widths)
+    order = np.argsort(-widths, kind="stable")
+    for u in order:  # lease extension
+        p = previous[u]
+        if p is not None and free[p].all():
+            free[p] = False
+            out[u] = p
+    singles = []
+    for u in order:
+        if out[u] is not None:
+            continue
+        if widths[u] == 1:
+            singles.append(u)
+            continue
+        g = _take_consolidated(layout, free, int(widths[u])) if consolidate else np.flatnonzero(free)[: widths[u]]
+        free[g] = False
+        out[u] = g
+    if singles:
+        idx = np.flatnonzero(free)
+        if consolidate:
+            # Sequential best fit for one-GPU units = fill servers in increasing
+            # order of their free count (fullest first), done in one sort.
+            fps = layout.free_per_server(free)
+            idx = idx[np.argsort(fps[layout.server_of[idx]], kind="stable")]
+        for u, g in zip(singles, idx[: len(singles)]):
+            out[u] = np.array([g])
+    return out  # type: ignore[return-value]
+
+
+def _take_consolidated(layout: TypeLayout, free: np.ndarray, w: int) -> np.ndarray:
+    fps = layout.free_per_server(free)
+    fits = np.flatnonzero(fps >= w)
+    if len(fits):
+        servers, counts = [fits[np.argmin(fps[fits])]], [w]
+    else:
+        by_size = np.argsort(-fps, kind="stable")
+        cum = np.cumsum(fps[by_size])
+        k = int(np.searchsorted(cum, w))  # servers needed beyond the first: k (0-based index of last)
+        servers = list(by_size[:k])
+        rest = w - (int(cum[k - 1]) if k else 0)
+        others = by_size[k:]
+        ok = others[fps[others] >= rest]
+        servers.append(ok[np.argmin(fps[ok])])
+        counts = [int(fps[s]) for s in servers[:-1]] + [rest]
+    parts = []
+    for s, c in zip(servers, counts):
+        a = int(layout.server_start[s])
+        parts.append(a + np.flatnonzero(free[a : a + layout.server_capacity[s]])[:c])
+    return np.concatenate(parts)
+
+
+# --------------------------------------------------------------------------
+# Exact placement with CP-SAT
+# --------------------------------------------------------------------------
+
+
+def place_cpsat(layout: TypeLayout, widths, previous, time_limit: float = 1.0, seed: int = 0) -> TypePlacement:
+    """Lexicographic: minimize Σ_u servers spanned, then migrations.
+
+    Multi-GPU unit u (w_u ≥ 2): x[u,g] ∈ {0..min(w_u, c_g)} GPUs on server g,
+    y[u,g] ∈ {0,1} with x[u,g] ≤ min(w_u, c_g)·y[u,g], Σ_g x[u,g] = w_u,
+    keep[u] ⇒ x[u,g] = its previous count on g (its previous GPUs are free of
+    any other continuing unit's by construction, so keeping is always
+    realizable). One-GPU units are interchangeable and always span one server:
+    per server, kept1_g ≤ (continuing one-GPU units there) and new1_g.
+    Capacity Σ_u x[u,g] + kept1_g + new1_g ≤ c_g; Σ_g kept1_g + new1_g = #singles.
+    Objective (B = #continuing units + 1 so spans dominate):
+        B·Σ y + Σ_u (1 − keep[u]) + Σ_g (c1_g − kept1_g).
+    """
+    greedy = _scored(layout, _greedy(layout, widths, previous, consolidate=True), previous)
+    lower = sum(layout.min_servers(int(w)) for w in widths)
+    if greedy.spans == lower and greedy.migrations == 0:
+        return greedy  # the greedy meets the lower bound: optimal, nothing to search
+    multi = [u for u in range(len(widths)) if widths[u] > 1]
+    if len(multi) * layout.S > CPSAT_MAX_PAIRS:
+        return _note(greedy, f"cpsat: model too large ({len(multi)} multi-GPU units × {layout.S} servers); greedy kept")
+
+    from ortools.sat.python import cp_model
+
+    caps = layout.server_capacity
+    S = layout.S
+    m = cp_model.CpModel()
+    x, y, keep = {}, {}, {}
+    for u in multi:
+        w = int(widths[u])
+        row = []
+        for g in range(S):
+            ub = int(min(w, caps[g]))
+            if ub == 0:
+                continue
+            x[u, g] = m.NewIntVar(0, ub, "")
+            y[u, g] = m.NewBoolVar("")
+            m.Add(x[u, g] <= ub * y[u, g])
+            row.append(x[u, g])
+        m.Add(sum(row) == w)
+        p = previous[u]
+        if p is not None:
+            keep[u] = m.NewBoolVar("")
+            prev_count = np.bincount(layout.server_of[p], minlength=S)
+            for g in range(S):
+                if (u, g) in x:
+                    m.Add(x[u, g] == int(prev_count[g])).OnlyEnforceIf(keep[u])
+    singles = [u for u in range(len(widths)) if widths[u] == 1]
+    cont1 = np.zeros(S, dtype=np.int64)
+    for u in singles:
+        if previous[u] is not None:
+            cont1[layout.server_of[previous[u][0]]] += 1
+    kept1 = [m.NewIntVar(0, int(cont1[g]), "") for g in range(S)]
+    new1 = [m.NewIntVar(0, int(caps[g]), "") for g in range(S)]
+    m.Add(sum(kept1) + sum(new1) == len(singles))
+    for g in range(S):
+        m.Add(sum(x[u, g] for u in multi if (u, g) in x) + kept1[g] + new1[g] <= int(caps[g]))
+    big = len(keep) + int(cont1.sum()) + 1
+    m.Minimize(big * sum(y.values()) + sum(1 - k for k in keep.values()) + (int(cont1.sum()) - sum(kept1)))
+
+    # Hint: the greedy solution.
+    for u in multi:
+        cnt = np.bincount(layout.server_of[greedy.gpus[u]], minlength=S)
+        for g in range(S):
+            if (u, g) in x:
+                m.AddHint(x[u, g], int(cnt[g]))
+                m.AddHint(y[u, g], int(cnt[g] > 0))
+        if u in keep:
+            m.AddHint(keep[u], int(np.array_equal(np.sort(greedy.gpus[u]), np.sort(previous[u]))))
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.random_seed = int(seed)
+    status = solver.Solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _note(greedy, f"cpsat: {solver.StatusName(status).lower()} within {time_limit:g} s; greedy kept")
+    gpus = _decode(layout, widths, previous, multi, singles, x, keep, kept1, new1, solver)
+    exact = _scored(layout, gpus, previous)
+    if (exact.spans, exact.migrations) > (greedy.spans, greedy.migrations):
+        return _note(greedy, "cpsat: no better than greedy within the time limit; greedy kept")
+    note = "" if status == cp_model.OPTIMAL else f"cpsat: feasible (not proven optimal) within {time_limit:g} s"
+    return TypePlacement(exact.gpus, exact.spans, exact.migrations, note)
+
+
+def _decode(layout, widths, previous, multi, singles, x, keep, kept1, new1, solver) -> list[np.ndarray]:
+    free = np.ones(layout.W, dtype=bool)
+    out: list[np.ndarray | None] = [None] * len(widths)
+    for u, k in keep.items():
+        if solver.Value(k):
+            out[u] = previous[u]
+            free[previous[u]] = False
+    quota = [int(solver.Value(v)) for v in kept1]
+    for u in singles:
+        p = previous[u]
+        if p is not None and quota[layout.server_of[p[0]]] > 0 and free[p[0]]:
+            quota[layout.server_of[p[0]]] -= 1
+            out[u] = p
+            free[p] = False
+
+    def take(g: int, c: int) -> np.ndarray:
+        a = int(layout.server_start[g])
+        got = a + np.flatnonzero(free[a : a + layout.server_capacity[g]])[:c]
+        free[got] = False
+        return got
+
+    for u in multi:
+        if out[u] is None:
+            out[u] = np.concatenate(
+                [take(g, int(solver.Value(x[u, g]))) for g in range(layout.S) if (u, g) in x and solver.Value(x[u, g])]
+            )
+    rest = [u for u in singles if out[u] is None]
+    i = 0
+    for g, v in enumerate(new1):
+        for gpu in take(g, int(solver.Value(v)) + quota[g]):  # unused kept quota is free room
+            if i < len(rest):
+                out[rest[i]] = np.array([gpu])
+                i += 1
+    return out  # type: ignore[return-value]
+
+
+def _note(p: TypePlacement, note: str) -> TypePlacement:
+    return TypePlacement(p.gpus, p.spans, p.migrations, note)
+
+
+def servers_spanned(layout: TypeLayout, gpus: np.ndarray) -> int:
+    return int(len(np.unique(layout.server_of[gpus])))
+
+
+__all__ = ["PLACEMENT_POLICIES", "Layout", "TypeLayout", "TypePlacement", "place", "place_cpsat", "servers_spanned"]

@@ -1,0 +1,149 @@
+"""Resolve a trace against a cluster: per-job throughput per GPU type and total
+work, with clear errors (or a counted skip) for jobs that cannot run.
+
+Throughput comes from the trace's own durations (``speed="duration"``: the
+same speed on every type) or from a throughput table (job type, scale factor →
+steps/s per type; see traces/throughputs.py for scale factors beyond the
+table). A job needs ``scale_factor`` GPUs of one type it has a positive
+throughput on; if no type qualifies the job can never run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from optsched.model import Cluster, OptschedError
+
+
+@dataclass(frozen=True)
+class JobArrays:
+    """Per-job constants for the simulation, aligned with ``trace.jobs`` rows kept."""
+
+    job_ids: tuple[str, ...]
+    models: np.ndarray  # (n,) object
+    arrival: np.ndarray  # (n,)
+    scale_factor: np.ndarray  # (n,) float
+    weight: np.ndarray  # (n,)
+    throughput: np.ndarray  # (n, k) steps/s at the job's scale factor (0: cannot run there)
+    steps_total: np.ndarray  # (n,)
+    failed: np.ndarray  # (n,) bool
+    rows: np.ndarray  # (n,) source line numbers
+    gpu_types: tuple[str, ...]
+    skipped: int = 0
+    extrapolated: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.job_ids)
+
+
+def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunnable: bool = False) -> JobArrays:
+    from optsched.traces.throughputs import default_throughputs
+
+    types = tuple(sorted(cluster.gpus))
+    cap = np.array([cluster.gpus[t] for t in types], dtype=float)
+    j = trace.jobs
+    where = f"{trace.format} trace {trace.source}".strip()
+    sf = j["scale_factor"].to_numpy(dtype=float)
+    extrapolated = 0
+    if trace.speed == "goodput":
+        raise OptschedError(
+            f"{where}: {trace.format} workloads carry no job length (jobs run to a target epoch count under a "
+            "goodput model); the goodput simulator is needed for them"
+        )
+    if trace.speed == "duration":
+        dur = j["duration"].to_numpy(dtype=float)
+        steps = j["steps_total"].to_numpy(dtype=float)
+        steps = np.where(np.isnan(steps), dur, steps)
+        T = np.repeat((steps / np.maximum(dur, 1e-12))[:, None], len(types), axis=1)
+    else:
+        table = table or default_throughputs()
+        if trace.format == "philly" and (j["model"] == "").any():
+            from optsched.traces.philly import assign_models
+
+            trace = assign_models(trace, table, seed)
+            j = trace.jobs
+        models = j["model"].to_numpy(dtype=object)
+        known = {m: table.has_model(m) for m in set(models)}
+        unknown = np.array([not known[m] for m in models])
+        if unknown.any():
+            i = int(np.argmax(unknown))
+            raise OptschedError(
+                f"{where}: row {j['row'].iat[i]}: unknown job type {models[i]!r} (not in throughput table "
+                f"{table.source or 'given'})"
+            )
+        T, extra = table.matrix(models, sf.astype(int), types)
+        extrapolated = int(extra.sum())
+        steps = j["steps_total"].to_numpy(dtype=float).copy()
+        need = np.isnan(steps)
+        if need.any():
+            ref = types.index("v100") if "v100" in types else int(np.argmax(T.sum(axis=0)))
+            steps[need] = j["duration"].to_numpy(dtype=float)[need] * T[need, ref]
+    T = np.where(sf[:, None] > cap[None, :], 0.0, T)
+    runnable = (T > 0).any(axis=1) & (steps > 0)
+    keep = np.ones(len(j), dtype=bool)
+    if not runnable.all():
+        bad = np.flatnonzero(~runnable)
+        if not skip_unrunnable:
+            i = int(bad[0])
+            why = (
+                f"needs {int(sf[i])} GPUs of one type it runs on; the cluster has {dict(cluster.gpus)}"
+                if steps[i] > 0
+                else "has no work (0 steps)"
+            )
+            raise OptschedError(
+                f"{where}: row {j['row'].iat[i]}: job {j['job_id'].iat[i]!r} can never run: {why} "
+                f"({len(bad)} such job(s); --skip-unrunnable drops them and counts them in the summary)"
+            )
+        keep = runnable
+    return JobArrays(
+        job_ids=tuple(j["job_id"].to_numpy()[keep]),
+        models=j["model"].to_numpy(dtype=object)[keep],
+        arrival=j["arrival_time"].to_numpy(dtype=float)[keep],
+        scale_factor=sf[keep],
+        weight=j["weight"].to_numpy(dtype=float)[keep],
+        throughput=T[keep],
+        steps_total=steps[keep],
+        failed=j["failed"].to_numpy(dtype=bool)[keep],
+        rows=j["row"].to_numpy()[keep],
+        gpu_types=types,
+        skipped=int((~keep).sum()) + trace.skipped,
+        extrapolated=extrapolated,
+    )
+
+
+def parse_cluster(spec: str | None = None, servers: str | None = None) -> Cluster:
+    """``v100=36,p100=36,k80=36`` and/or ``16x4`` (servers × GPUs per server,
+    homogeneous; the type is the single --cluster type, else ``gpu``)."""
+    from optsched.model import Server
+
+    gpus: dict[str, int] = {}
+    if spec:
+        for part in spec.split(","):
+            name, eq, count = part.partition("=")
+            if not eq or not name.strip():
+                raise OptschedError(f"--cluster: {part!r} is not TYPE=COUNT (e.g. v100=36,p100=36,k80=36)")
+            try:
+                c = int(count)
+            except ValueError:
+                raise OptschedError(f"--cluster: count {count!r} for {name.strip()!r} is not an integer") from None
+            if c <= 0:
+                raise OptschedError(f"--cluster: count for {name.strip()!r} must be positive, got {c}")
+            gpus[name.strip()] = c
+    if servers:
+        try:
+            ns, _, per = servers.lower().partition("x")
+            ns, per = int(ns), int(per)
+        except ValueError:
+            raise OptschedError(f"--servers: {servers!r} is not SERVERSxGPUS (e.g. 16x4)") from None
+        if ns <= 0 or per <= 0:
+            raise OptschedError(f"--servers: {servers!r} needs positive numbers")
+        if len(gpus) > 1:
+            raise OptschedError("--servers describes a homogeneous cluster; give at most one type in --cluster")
+        t = next(iter(gpus), "gpu")
+        return Cluster(gpus={t: ns * per}, servers=[Server(id=f"{t}-{i}", gpu_type=t, gpus=per) for i in range(ns)])
+    if not gpus:
+        raise OptschedError("--cluster: empty cluster")
+    return Cluster(gpus=gpus)

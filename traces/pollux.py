@@ -1,0 +1,48 @@
+"""Pollux / Sia workload CSVs: ``name,time,application,num_replicas,batch_size``.
+
+``time`` is the submission time (s), ``num_replicas`` the GPUs the job asks for
+at submission, ``application`` one of the profiled apps (bert, cifar10,
+deepspeech2, imagenet, ncf, yolov3). These workloads carry no job length: in
+Pollux's and Sia's simulators a job runs until a fixed number of epochs under a
+goodput model. Until the goodput simulator lands, ``steps_total``/``duration``
+stay NaN and `simulate` refuses them with a clear message.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from optsched.traces.csvutil import read_csv_checked
+from optsched.traces.trace import Trace, make_trace, numeric_column
+
+COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+
+
+def read_pollux(path: str | os.PathLike) -> Trace:
+    df, rows, where = read_csv_checked(path, COLUMNS, "pollux")
+    rec = {
+        "job_id": df["name"].tolist(),
+        "arrival_time": numeric_column(df["time"], "time", rows, where),
+        "model": df["application"].tolist(),
+        "scale_factor": numeric_column(df["num_replicas"], "num_replicas", rows, where, integer=True),
+        "row": rows,
+        # No length in the file; a marker duration of 0 would be wrong, so the
+        # trace keeps NaN and the batch size as an extra column.
+        "duration": np.full(len(df), np.nan),
+        "steps_total": np.full(len(df), np.inf),
+    }
+    batch = numeric_column(df["batch_size"], "batch_size", rows, where, integer=True)
+    return make_trace(rec, "pollux", str(path), speed="goodput", extra={"batch_size": batch.astype(np.int64)},
+                      notes=("Pollux/Sia workloads have no job length: jobs run to a target epoch count under a goodput model",))
+
+
+def write_pollux(trace: Trace, path: str | os.PathLike) -> None:
+    j = trace.jobs
+    batch = j["batch_size"] if "batch_size" in j else pd.Series(np.zeros(len(j), dtype=int))
+    pd.DataFrame(
+        {"name": j["job_id"], "time": j["arrival_time"].round().astype(int), "application": j["model"],
+         "num_replicas": j["scale_factor"], "batch_size": batch}
+    ).to_csv(path, index=False)

@@ -1,0 +1,131 @@
+"""Throughput tables: steps/s of a job type at a scale factor on a GPU type.
+
+One reader serves Gavel's ``simulation_throughputs.json`` and the project's own
+``optsched/data/throughputs.json`` (same shape)::
+
+    {gpu_type: {"('Model name', scale_factor)": {"null": steps_per_s,
+                                                 "('Other', s)": [t_self, t_other], ...}}}
+
+Keys are Python-tuple strings; ``"null"`` is the job alone; pair keys are
+space-sharing throughputs (read but not used by the simulator yet). GPU types
+whose name ends in ``_unconsolidated`` (Gavel: spread placement) are kept apart
+in ``unconsolidated`` and not offered as cluster types.
+
+Scale factors beyond the measured ones (Gavel's msr-seed0 traces go up to 64,
+the table stops at 8; Philly jobs use up to hundreds): we extrapolate linearly
+from the largest measured scale factor s0 <= s of that model on that type,
+``thr(s) = thr(s0) · s / s0`` — i.e. we assume perfect weak scaling beyond the
+measurements. This is optimistic for large jobs; it is documented in the
+summary (``extrapolated_jobs``) so a reader knows how many jobs it touches.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from optsched.model import OptschedError
+
+
+@dataclass(frozen=True)
+class ThroughputTable:
+    # (model, scale_factor) -> {gpu_type: steps/s}
+    alone: dict[tuple[str, int], dict[str, float]]
+    gpu_types: tuple[str, ...]
+    source: str = ""
+    unconsolidated: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(sorted({m for m, _ in self.alone}))
+
+    def scale_factors(self, model: str) -> tuple[int, ...]:
+        return tuple(sorted(s for m, s in self.alone if m == model))
+
+    def has_model(self, model: str) -> bool:
+        return any(m == model for m, _ in self.alone)
+
+    def lookup(self, model: str, scale_factor: int) -> tuple[dict[str, float], bool]:
+        """Steps/s per GPU type for (model, scale_factor), and whether it was
+        extrapolated beyond the measured scale factors (see module docstring)."""
+        key = (model, int(scale_factor))
+        if key in self.alone:
+            return self.alone[key], False
+        measured = [s for s in self.scale_factors(model) if s <= scale_factor]
+        if not measured:
+            raise KeyError(model)
+        s0 = max(measured)
+        return {t: v * scale_factor / s0 for t, v in self.alone[(model, s0)].items()}, True
+
+    def matrix(self, models, scale_factors, gpu_types) -> tuple[np.ndarray, np.ndarray]:
+        """T[m, j] for arrays of models and scale factors; also a mask of
+        extrapolated rows. Unknown models raise KeyError(model)."""
+        cache: dict[tuple[str, int], tuple[np.ndarray, bool]] = {}
+        T = np.zeros((len(models), len(gpu_types)))
+        extra = np.zeros(len(models), dtype=bool)
+        for i, (m, s) in enumerate(zip(models, scale_factors)):
+            key = (m, int(s))
+            if key not in cache:
+                row, ex = self.lookup(m, int(s))
+                cache[key] = (np.array([row.get(t, 0.0) for t in gpu_types]), ex)
+            T[i], extra[i] = cache[key]
+        return T, extra
+
+
+def _parse_key(key: str, where: str) -> tuple[str, int]:
+    try:
+        model, s = ast.literal_eval(key)
+        return str(model), int(s)
+    except (ValueError, SyntaxError, TypeError):
+        raise OptschedError(f"{where}: key {key!r} is not a ('model', scale_factor) tuple") from None
+
+
+def parse_throughputs(data: dict, source: str = "") -> ThroughputTable:
+    if not isinstance(data, dict) or not data:
+        raise OptschedError(f"throughput table {source}: top level must be a non-empty object of GPU types")
+    alone: dict[tuple[str, int], dict[str, float]] = {}
+    uncons: dict[tuple[str, int], dict[str, float]] = {}
+    types = []
+    for gpu_type, entries in data.items():
+        target = uncons if gpu_type.endswith("_unconsolidated") else alone
+        name = gpu_type.removesuffix("_unconsolidated")
+        if target is alone:
+            types.append(gpu_type)
+        if not isinstance(entries, dict):
+            raise OptschedError(f"throughput table {source}: [{gpu_type!r}] must be an object")
+        for key, val in entries.items():
+            where = f"throughput table {source}: [{gpu_type!r}][{key!r}]"
+            job_type = _parse_key(key, where)
+            x = val.get("null") if isinstance(val, dict) else val
+            if not isinstance(x, (int, float)) or not np.isfinite(x) or x < 0:
+                raise OptschedError(f"{where}: 'null' throughput must be a non-negative number, got {x!r}")
+            target.setdefault(job_type, {})[name] = float(x)
+    return ThroughputTable(alone=alone, gpu_types=tuple(sorted(types)), source=source, unconsolidated=uncons)
+
+
+def read_throughputs(path: str | os.PathLike) -> ThroughputTable:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise OptschedError(f"throughput table {p}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    return parse_throughputs(data, str(p))
+
+
+def default_throughputs() -> ThroughputTable:
+    """The project's own small table (optsched/data/throughputs.json; invented,
+    plausible numbers — not measurements)."""
+    text = resources.files("optsched").joinpath("data/throughputs.json").read_text()
+    return parse_throughputs(json.loads(text), "optsched/data/throughputs.json")
+
+
+def gavel_throughputs(peer_data: str | os.PathLike | None = None) -> ThroughputTable:
+    """Gavel's measured table from the peer data folder."""
+    root = Path(peer_data or os.environ.get("OPTSCHED_PEER_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    return read_throughputs(root / "gavel" / "simulation_throughputs.json")

@@ -1,0 +1,56 @@
+"""Tiresias CSV traces: ``job_id,num_gpu,submit_time,iterations,model_name,duration,interval``.
+
+``duration`` is the job's runtime alone at ``num_gpu`` GPUs (seconds), so speeds
+come from the trace itself (``speed="duration"``): iterations/duration on every
+GPU type — Tiresias simulates a homogeneous cluster. ``interval`` (the gap to
+the previous submission) is redundant with ``submit_time`` and not used.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from optsched.traces.csvutil import read_csv_checked
+from optsched.traces.trace import Trace, make_trace, numeric_column
+
+COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
+
+
+def read_tiresias(path: str | os.PathLike) -> Trace:
+    df, rows, where = read_csv_checked(path, COLUMNS[:6], "tiresias")
+    rec = {
+        "job_id": df["job_id"].tolist(),
+        "scale_factor": numeric_column(df["num_gpu"], "num_gpu", rows, where, integer=True),
+        "arrival_time": numeric_column(df["submit_time"], "submit_time", rows, where),
+        "steps_total": numeric_column(df["iterations"], "iterations", rows, where),
+        "model": df["model_name"].tolist(),
+        "duration": numeric_column(df["duration"], "duration", rows, where),
+        "row": rows,
+    }
+    bad = rec["duration"] <= 0
+    if bad.any():
+        i = int(np.argmax(bad))
+        from optsched.model import OptschedError
+
+        raise OptschedError(f"{where}: row {rows[i]}: duration must be positive, got {rec['duration'][i]:g}")
+    return make_trace(rec, "tiresias", str(path), speed="duration")
+
+
+def write_tiresias(trace: Trace, path: str | os.PathLike) -> None:
+    j = trace.jobs
+    if j["duration"].isna().any():
+        from optsched.model import OptschedError
+
+        raise OptschedError("tiresias writer: every job needs a duration")
+    steps = j["steps_total"].fillna(j["duration"])
+    out = j.assign(
+        num_gpu=j["scale_factor"],
+        submit_time=j["arrival_time"].round().astype(int),
+        iterations=steps.round().astype(int),
+        model_name=j["model"],
+        duration=j["duration"].round().astype(int),
+        interval=j["arrival_time"].diff().fillna(j["arrival_time"]).round().astype(int),
+    )
+    out[list(COLUMNS)].to_csv(path, index=False)
