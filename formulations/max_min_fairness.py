@@ -48,3 +48,44 @@ def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_par
         share=lambda x, y=None: job_throughput_value(A, x, pv, y),
         pairs=pv,
     )
+
+
+def build_lp(inst: Instance, agnostic: bool = False, packing: bool = False, **_):
+    """The same program (without packing) in matrix form for the direct,
+    cvxpy-free path (solvers/lp.py; the simulator recomputes thousands of times).
+
+    Variables x = [vec(X) row-major (n·k), z]; minimize -z subject to
+
+        z - Σ_j A[m, j] X[m, j] <= 0     (n rows: z is the minimum share)
+        Σ_j X[m, j]             <= 1     (n rows)
+        Σ_m s_m X[m, j]         <= W_j   (k rows: capacity, duals = prices)
+        0 <= X[m, j] <= 1[job m can run on type j],   z free.
+    """
+    import scipy.sparse as sp
+
+    from optsched.solvers.lp import MatrixProgram
+
+    if packing:
+        raise NotImplementedError("build_lp: packing has no matrix form yet; use build()")
+    n, k = inst.n, inst.k
+    A = normalized_throughput(inst, agnostic)
+    nk = n * k
+    rows = np.repeat(np.arange(n), k)  # job m owns variables m·k .. m·k+k-1
+    cols = np.arange(nk)
+    z_col = sp.csr_matrix((np.ones(n), (np.arange(n), np.full(n, nk))), shape=(n, nk + 1))
+    share_rows = sp.csr_matrix((-A.reshape(-1), (rows, cols)), shape=(n, nk + 1)) + z_col
+    time_rows = sp.csr_matrix((np.ones(nk), (rows, cols)), shape=(n, nk + 1))
+    cap_rows = sp.csr_matrix((np.repeat(inst.scale_factor, k), (np.tile(np.arange(k), n), cols)), shape=(k, nk + 1))
+    c = np.zeros(nk + 1)
+    c[-1] = -1.0
+    return MatrixProgram(
+        c=c,
+        A_ub=sp.vstack([share_rows, time_rows, cap_rows]).tocsr(),
+        b_ub=np.concatenate([np.zeros(n), np.ones(n), inst.capacity]),
+        lb=np.concatenate([np.zeros(nk), [-np.inf]]),
+        ub=np.concatenate([inst.available.astype(float).reshape(-1), [np.inf]]),
+        fractions_shape=(n, k),
+        capacity_rows=(2 * n, 2 * n + k),
+        share=lambda x: (A * x).sum(axis=1),
+        objective=lambda v: -v,
+    )

@@ -11,16 +11,26 @@ reset, 0 for jobs that never ran):
                    = X[m, j] · 1e9 when r[m, j] = 0 (never-run jobs first)
                    = 0 when X[m, j] = 0 or the job cannot run on j.
 
-Per type, in a fixed order (the order of ``cluster.gpus``; ``type_order=
-"shuffle"`` draws a seeded order per round as Gavel's code does), units are
-sorted by (priority, deficit, X) descending and taken greedily, skipping jobs
-already scheduled this round and units wider than the GPUs left. A unit is a
-job on exactly ``scale_factor`` GPUs, or a packed pair (same scale factor)
-that shares its GPUs — only where the allocation gives the pair a fraction
-on that type. Then (``work_conserving=True``) idle GPUs go to the remaining
-jobs that can use them, least served first, at the lowest priority.
-Placement (optsched.placement) maps the units onto servers; a continuing
-job keeps its GPUs when they are free (lease extension).
+Units — a job on exactly ``scale_factor`` GPUs, or a packed pair (same scale
+factor) sharing its GPUs, only on types where the allocation gives the pair a
+fraction — are taken greedily in queue order, skipping jobs already scheduled
+this round and units wider than the GPUs left on the type. Queue disciplines
+(``queue=``), each sorting by (priority, deficit, X) descending within a type:
+
+- ``"per_type"``: type by type in a fixed order — Gavel's walk;
+- ``"phased"`` (default): the same walk, first over entries with priority ≥ 1
+  (at or below their share), then over the rest (above their share). A job
+  above its share on the first type is then not taken there before the type
+  where it is behind: measured in bench/allocator_bench.py, it never converges
+  worse than per_type, and much better when X leaves GPUs idle;
+- ``"global"``: one queue across types (Gavel's ``enable_global_queue``).
+
+The type order is the order of ``cluster.gpus`` (``type_order="shuffle"``:
+a seeded permutation per round, as Gavel's code does for most policies; or an
+explicit list). Then (``work_conserving=True``) idle GPUs go to the remaining
+jobs that can use them, those already running on the type first, then the
+least served. Placement (optsched.placement) maps the units onto servers; a
+continuing job keeps its GPUs when they are free (lease extension).
 
 The allocation is *reset* when the Allocation passed in changes: a different
 object whose X differs from the one in force by more than 1e-9 for some active
@@ -57,6 +67,7 @@ from optsched.placement import DEFAULT_GPUS_PER_SERVER, PLACEMENT_POLICIES, Layo
 PRIOR_ROUNDS = 0.5  # Gavel: every job starts a period with half a round of time received
 NEVER_RUN = 1e9  # Gavel: priority X·1e9 when the fraction is 0 (not inf, so 2x stays larger)
 RESET_TOLERANCE = 1e-9
+QUEUES = ("phased", "per_type", "global")
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,7 @@ class Allocator:
         gpus_per_server: int = DEFAULT_GPUS_PER_SERVER,
         type_order: str | Sequence[str] = "fixed",
         work_conserving: bool = True,
+        queue: str = "phased",
     ):
         if placement not in PLACEMENT_POLICIES:
             raise OptschedError(f"placement: unknown policy {placement!r} (choose from {', '.join(PLACEMENT_POLICIES)})")
@@ -141,6 +153,9 @@ class Allocator:
         self.round_length = float(round_length)
         self.placement_time_limit = float(placement_time_limit)
         self.work_conserving = work_conserving
+        if queue not in QUEUES:
+            raise OptschedError(f"queue: unknown queue discipline {queue!r} (choose from {', '.join(QUEUES)})")
+        self.queue = queue
         self.layout = Layout.from_cluster(cluster, gpus_per_server)
         self.gpu_types: tuple[str, ...] = tuple(sorted(cluster.gpus))  # columns, as in Instance
         self._col = {t: c for c, t in enumerate(self.gpu_types)}
@@ -156,6 +171,7 @@ class Allocator:
             self._shuffle = False
         k = len(self.gpu_types)
         self._row: dict[str, int] = {}
+        self._rows_version = 0  # bumped whenever rows are added, removed or moved
         self._ids: list[str | None] = []
         self._received = np.zeros((0, k))
         self._present = np.zeros(0)
@@ -163,6 +179,7 @@ class Allocator:
         self._deficit = np.zeros((0, k))
         self._x = np.zeros((0, k))
         self._ever = np.zeros(0, dtype=bool)
+        self._running = np.zeros(0, dtype=bool)  # ran in the last round
         self._tiebreak = np.zeros(0)
         self._removed: set[str] = set()
         self._pairs: dict[tuple[str, str], _PairState] = {}
@@ -249,6 +266,9 @@ class Allocator:
             # longest-served job (the period length when some job ran every round).
             self._present[r] = present.get(j, max(longest, sum(received.get(j, {}).values())))
             self._ever[r] = ran
+        self._running[:] = False
+        for j in gpus:
+            self._running[self._row[j]] = True
         self._gpus, self._unit = gpus, unit
         self._allocation = None
         self._adopt_first = bool(received or gpus) and not prior
@@ -316,6 +336,8 @@ class Allocator:
             r = self._row.pop(j, None)
             if r is not None:
                 self._ids[r] = None
+                self._running[r] = False
+                self._rows_version += 1
             self._gpus.pop(j, None)
             self._unit.pop(j, None)
             self._removed.add(j)
@@ -364,7 +386,7 @@ class Allocator:
             notes.append("allocation gives time on types some jobs cannot use; ignored")
         X = np.where(usable, X, 0.0)
 
-        rows = np.fromiter((self._row.get(j, -1) for j in ids), dtype=np.int64, count=n)
+        rows = self._rows(ids)
         known = rows >= 0
         reset = self._is_reset(allocation, ids, rows, known, X, pairs)
         if reset:
@@ -380,7 +402,10 @@ class Allocator:
         rec[known] = src["received"][rows[known]]
         pres[known] = src["present"][rows[known]]
         deficit[known] = src["deficit"][rows[known]]
-        tiebreak = np.array([self._tiebreak[r] if r >= 0 else _tiebreak(self.seed, j) for j, r in zip(ids, rows)])
+        tiebreak = np.zeros(n)
+        tiebreak[known] = self._tiebreak[rows[known]]
+        for m in np.flatnonzero(~known):
+            tiebreak[m] = _tiebreak(self.seed, ids[m])
 
         units: list[list[tuple[tuple[int, ...], int]]] = [[] for _ in range(k)]  # per column: (members, width)
         if counts is not None:
@@ -392,14 +417,15 @@ class Allocator:
         gpus_now: dict[str, dict[int, np.ndarray]] = {}
         unit_now: dict[str, str | tuple[str, str]] = {}
         limit = self.placement_time_limit / max(1, sum(1 for u in units if u))
+        unit_keys: list[list] = [[] for _ in range(k)]
         for c, us in enumerate(units):
             if not us:
                 continue
             tl = self.layout.types[self.gpu_types[c]]
             widths = np.array([w for _, w in us], dtype=np.int64)
-            keys = [_unit_key(ids, mem) for mem, _ in us]
+            keys = unit_keys[c] = [_unit_key(ids, mem) for mem, _ in us]
             prev = [self._previous(key, c) for key in keys]
-            res = place(tl, widths, prev, self.placement, limit, self.seed)
+            res = place(tl, widths, prev, self.placement, limit, self.seed, score=False)
             if res.note:
                 notes.append(f"{tl.gpu_type}: {res.note}")
             for (mem, _), key, g in zip(us, keys, res.gpus):
@@ -407,17 +433,22 @@ class Allocator:
                     gpus_now.setdefault(ids[m], {})[c] = g
                     unit_now[ids[m]] = key
 
-        running = np.fromiter((j in gpus_now for j in ids), dtype=bool, count=n)
-        was = np.fromiter((j in self._gpus for j in ids), dtype=bool, count=n)
+        running = np.zeros(n, dtype=bool)
+        running[[m for us in units for mem, _ in us for m in mem]] = True
+        was = np.zeros(n, dtype=bool)
+        was[known] = self._running[rows[known]]
         idx = np.arange(n)
         continued = tuple(ids[m] for m in idx[running & was])
         migrated = tuple(j for j in continued if not _same_gpus(gpus_now[j], self._gpus[j]))
-        assignments = {
-            ids[m]: tuple(
-                s for c, g in sorted(gpus_now[ids[m]].items()) for s in (self.layout.types[self.gpu_types[c]].slots[i] for i in g)
-            )
-            for m in idx[running]
-        }
+        slots = [self.layout.types[t].slots for t in self.gpu_types]
+        assignments = {}
+        for m in idx[running].tolist():
+            per = gpus_now[ids[m]]
+            if len(per) == 1:
+                ((c, g),) = per.items()
+                assignments[ids[m]] = tuple(map(slots[c].__getitem__, g.tolist()))
+            else:
+                assignments[ids[m]] = tuple(slots[c][i] for c, g in sorted(per.items()) for i in g.tolist())
         result = Placement(
             assignments=assignments,
             started=tuple(ids[m] for m in idx[running & ~was]),
@@ -427,7 +458,7 @@ class Allocator:
             note="; ".join(notes),
             round=self._round,
         )
-        self._commit(ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, gpus_now, unit_now, allocation)
+        self._commit(ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, unit_keys, gpus_now, unit_now, allocation)
         return result
 
     # ------------------------------------------------------------------
@@ -452,53 +483,70 @@ class Allocator:
             with np.errstate(divide="ignore", invalid="ignore"):
                 pp = np.where(ok, np.where(r > 0, xp * p / r, xp * NEVER_RUN), 0.0)
             pair_rows.append((a, b, pp, d, xp))
-        sched = [False] * n
-        sfl = sf.tolist()
-        free = self._capacity.copy()
+        # All (unit, type) entries with a positive priority, then one walk in
+        # the order the queue discipline gives.
+        col, ent = np.nonzero(pri.T > 0)
+        k_pri, k_def, k_x, k_tb = pri[ent, col], deficit[ent, col], X[ent, col], tiebreak[ent]
+        for i, (a, b, pp, d, xp) in enumerate(pair_rows):
+            cs = np.flatnonzero(pp > 0)
+            ent = np.concatenate([ent, np.full(len(cs), n + i)])
+            col = np.concatenate([col, cs])
+            k_pri, k_def, k_x = np.concatenate([k_pri, pp[cs]]), np.concatenate([k_def, d[cs]]), np.concatenate([k_x, xp[cs]])
+            k_tb = np.concatenate([k_tb, np.full(len(cs), 0.5 * (tiebreak[a] + tiebreak[b]))])
         walk = self._walk
         if self._shuffle:
             walk = list(np.random.default_rng((self.seed, self._round)).permutation(walk))
-        for c in walk:
-            cand = np.flatnonzero(pri[:, c] > 0)
-            keys_pri, keys_def, keys_x, keys_tb = pri[cand, c], deficit[cand, c], X[cand, c], tiebreak[cand]
-            entries = cand
-            if pair_rows:
-                pc = [(i, pr) for i, pr in enumerate(pair_rows) if pr[2][c] > 0]
-                if pc:
-                    entries = np.concatenate([cand, n + np.array([i for i, _ in pc])])
-                    keys_pri = np.concatenate([keys_pri, [pr[2][c] for _, pr in pc]])
-                    keys_def = np.concatenate([keys_def, [pr[3][c] for _, pr in pc]])
-                    keys_x = np.concatenate([keys_x, [pr[4][c] for _, pr in pc]])
-                    keys_tb = np.concatenate([keys_tb, [0.5 * (tiebreak[pr[0]] + tiebreak[pr[1]]) for _, pr in pc]])
-            order = entries[np.lexsort((keys_tb, -keys_x, -keys_def, -keys_pri))]
-            left = int(free[c])
-            for e in order.tolist():
-                if left == 0:
-                    break
-                if e < n:
-                    if sched[e] or sfl[e] > left:
-                        continue
-                    sched[e] = True
-                    left -= sfl[e]
-                    units[c].append(((e,), sfl[e]))
-                else:
-                    a, b = pair_rows[e - n][:2]
-                    if sched[a] or sched[b] or sfl[a] > left:
-                        continue
-                    sched[a] = sched[b] = True
-                    left -= sfl[a]
-                    units[c].append(((a, b), sfl[a]))
-            free[c] = left
+        pos = np.empty(len(self.gpu_types), dtype=np.int64)
+        pos[walk] = np.arange(len(walk))
+        keys = [k_tb, -k_x, -k_def, -k_pri]
+        if self.queue == "per_type":
+            keys.append(pos[col])
+        elif self.queue == "phased":
+            keys += [pos[col], k_pri < 1.0]
+        order = np.lexsort(keys)
+        sched = [False] * n
+        sfl = sf.tolist()
+        free = self._capacity.copy()
+        left = free.tolist()
+        total = sum(left)
+        for e, c in zip(ent[order].tolist(), col[order].tolist()):
+            if total == 0:
+                break
+            if left[c] == 0:
+                continue
+            if e < n:
+                if sched[e] or sfl[e] > left[c]:
+                    continue
+                sched[e] = True
+                w = sfl[e]
+                units[c].append(((e,), w))
+            else:
+                a, b = pair_rows[e - n][:2]
+                if sched[a] or sched[b] or sfl[a] > left[c]:
+                    continue
+                sched[a] = sched[b] = True
+                w = sfl[a]
+                units[c].append(((a, b), w))
+            left[c] -= w
+            total -= w
+        free = np.array(left, dtype=np.int64)
         if not self.work_conserving or not free.any():
             return
         # Work conservation: idle GPUs to jobs not yet running, least served first.
+        # Jobs already running on the type go first (no needless preemption or
+        # move to another type), then the least served.
         served = rec.sum(axis=1) / np.maximum(pres, 1.0)
+        was_on = np.zeros((n, len(self.gpu_types)), dtype=bool)
+        for m, j in enumerate(ids):
+            per = self._gpus.get(j)
+            if per:
+                was_on[m, list(per)] = True
         for c in walk:
             left = int(free[c])
             if left == 0:
                 continue
             cand = np.flatnonzero(usable[:, c] & ~np.array(sched, dtype=bool) & (sf <= left))
-            for e in cand[np.lexsort((tiebreak[cand], served[cand]))].tolist():
+            for e in cand[np.lexsort((tiebreak[cand], served[cand], ~was_on[cand, c]))].tolist():
                 if left == 0:
                     break
                 if sched[e] or sfl[e] > left:
@@ -524,6 +572,16 @@ class Allocator:
         if self._unit.get(first) != key:
             return None
         return self._gpus[first].get(c)
+
+    def _rows(self, ids: tuple[str, ...]) -> np.ndarray:
+        """Row of each job in the state arrays (-1 for jobs never seen); cached
+        while the job list and the rows are unchanged (the simulator's case)."""
+        hit = self._cache.get("rows")
+        if hit is not None and hit[1] == self._rows_version and (hit[0] is ids or hit[0] == ids):
+            return hit[2]
+        rows = np.fromiter((self._row.get(j, -1) for j in ids), dtype=np.int64, count=len(ids))
+        self._cache["rows"] = (ids, self._rows_version, rows)
+        return rows
 
     def _instance(self, jobs) -> Instance:
         if isinstance(jobs, Instance):
@@ -641,7 +699,7 @@ class Allocator:
             out[key] = _PairState(np.full(len(ps.received), pr), pr, pr, d, np.zeros_like(ps.x))
         return out
 
-    def _commit(self, ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, gpus_now, unit_now, allocation):
+    def _commit(self, ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, unit_keys, gpus_now, unit_now, allocation):
         k = len(self.gpu_types)
         if full is not None:
             self._received, self._present, self._prior = full["received"], full["present"], full["prior"]
@@ -656,8 +714,7 @@ class Allocator:
         credit = np.zeros((len(ids), k))
         self._last_credit = {}
         for c, us in enumerate(units):
-            for mem, _ in us:
-                key = _unit_key(ids, mem)
+            for (mem, _), key in zip(us, unit_keys[c]):
                 self._last_credit[(key, c)] = 1.0
                 if len(mem) == 1:
                     credit[mem[0], c] = 1.0
@@ -680,6 +737,8 @@ class Allocator:
                 ps = self._pairs[key] = _PairState(np.zeros(k), 0.0, 0.0, np.zeros(k), np.zeros(k))
             ps.x = xp
             ps.present += 1.0
+        self._running[:] = False
+        self._running[rows[[m for m, j in enumerate(ids) if j in gpus_now]]] = True
         self._gpus, self._unit = gpus_now, unit_now
         self._allocation = allocation
         self._adopt_first = False
@@ -696,7 +755,9 @@ class Allocator:
             self._deficit = _grow(self._deficit, size)
             self._x = _grow(self._x, size)
             self._ever = _grow(self._ever, size)
+            self._running = _grow(self._running, size)
             self._tiebreak = _grow(self._tiebreak, size)
+        self._rows_version += 1
         for i, j in enumerate(new_ids):
             self._row[j] = start + i
             self._ids.append(j)
@@ -705,7 +766,8 @@ class Allocator:
 
     def _compact(self) -> None:
         live = np.array([r for r in range(len(self._ids)) if self._ids[r] is not None], dtype=np.int64)
-        for name in ("_received", "_present", "_prior", "_deficit", "_x", "_ever", "_tiebreak"):
+        self._rows_version += 1
+        for name in ("_received", "_present", "_prior", "_deficit", "_x", "_ever", "_running", "_tiebreak"):
             setattr(self, name, getattr(self, name)[live].copy())
         self._ids = [self._ids[r] for r in live]
         self._row = {j: r for r, j in enumerate(self._ids)}
@@ -736,7 +798,9 @@ def _members(key) -> tuple[str, ...]:
 
 
 def _same_gpus(a: dict[int, np.ndarray], b: dict[int, np.ndarray]) -> bool:
-    return a.keys() == b.keys() and all(np.array_equal(np.sort(a[c]), np.sort(b[c])) for c in a)
+    return a.keys() == b.keys() and all(
+        a[c] is b[c] or (len(a[c]) == len(b[c]) and np.array_equal(np.sort(a[c]), np.sort(b[c]))) for c in a
+    )
 
 
 def g_name(slot: GpuSlot) -> str:

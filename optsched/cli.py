@@ -76,6 +76,9 @@ def solve(
 
         allocator = Allocator.from_snapshot(snap, placement=placement_policy)
         out.update(allocator.next_round(snap, alloc).to_dict())
+        # The state after this round, named like the snapshot fields: merge it
+        # into the next round's snapshot to keep the mechanism's memory.
+        out["allocator_state"] = allocator.state()
     if as_json:
         typer.echo(json.dumps(out, indent=2))
     else:
@@ -118,6 +121,11 @@ def _print_solution(snap, out: dict) -> None:
         + ", ".join(f"{t} {used.get(t, 0):.1f}/{ex['capacity'][t]:.0f}" for t in types)
         + ("   price per GPU: " + ", ".join(f"{t} {prices[t]:.3g}" for t in types) if prices else "")
     )
+    packed = out.get("packed_allocation") or {}
+    if packed:  # space sharing: pairs of jobs on the same GPUs, time fraction per type
+        shown = [f"{pair} " + " ".join(f"{t} {f:.3f}" for t, f in fr.items()) for pair, fr in list(packed.items())[:20]]
+        more = f" … ({len(packed)} pairs)" if len(packed) > 20 else ""
+        console.print("packed: " + ", ".join(shown) + more)
     if bottleneck:
         console.print("[yellow]*[/] bottleneck: these jobs' share cannot rise without lowering another's")
     if "placement" in out:

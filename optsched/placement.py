@@ -150,9 +150,12 @@ def place(
     policy: str = "consolidated",
     time_limit: float = 1.0,
     seed: int = 0,
+    score: bool = True,
 ) -> TypePlacement:
     """Place units of the given widths (Σ widths ≤ W) on one type's GPUs.
-    ``previous[u]`` is unit u's GPUs last round (same type), or None."""
+    ``previous[u]`` is unit u's GPUs last round (same type), or None.
+    ``score=False`` skips counting spans and migrations for the greedy
+    policies (reported as -1): the allocator's hot path does not need them."""
     widths = np.asarray(widths, dtype=np.int64)
     if widths.sum() > layout.W:
         raise OptschedError(f"placement: {widths.sum()} {layout.gpu_type} GPUs requested, only {layout.W} exist")
@@ -162,49 +165,64 @@ def place(
     if policy not in PLACEMENT_POLICIES:
         raise OptschedError(f"placement: unknown policy {policy!r} (choose from {', '.join(PLACEMENT_POLICIES)})")
     gpus = _greedy(layout, widths, previous, consolidate=policy == "consolidated")
-    return _scored(layout, gpus, previous)
+    return _scored(layout, gpus, previous) if score else TypePlacement(gpus, -1, -1)
 
 
 def _valid_previous(layout: TypeLayout, widths: np.ndarray, previous) -> list[np.ndarray | None]:
     """Keep a unit's previous GPUs as a lease candidate only when the width is
     unchanged and no earlier unit (widest first) claims any of them — stale
-    overlaps happen when a packed pair is split."""
-    out: list[np.ndarray | None] = [None] * len(widths)
+    overlaps happen when a packed pair is split. Valid leases are disjoint."""
+    out = [p if p is not None and len(p) == w else None for p, w in zip(previous, widths.tolist())]
+    held = [p for p in out if p is not None]
+    if not held:
+        return out
+    flat = np.concatenate(held)
+    if len(np.unique(flat)) == len(flat):
+        return out  # the common case: last round's placement, all disjoint
     claimed = np.zeros(layout.W, dtype=bool)
     for u in np.argsort(-widths, kind="stable"):
-        p = previous[u]
-        if p is None or len(p) != widths[u] or claimed[p].any():
+        p = out[u]
+        if p is None:
             continue
-        claimed[p] = True
-        out[u] = p
+        if claimed[p].any():
+            out[u] = None
+        else:
+            claimed[p] = True
     return out
 
 
 def _scored(layout: TypeLayout, gpus: list[np.ndarray], previous, note: str = "") -> TypePlacement:
-    spans = sum(len(np.unique(layout.server_of[g])) for g in gpus)
-    moved = sum(
-        1 for g, p in zip(gpus, previous) if p is not None and not np.array_equal(np.sort(g), np.sort(p))
-    )
+    if gpus:
+        unit = np.repeat(np.arange(len(gpus)), [len(g) for g in gpus])
+        spans = len(np.unique(unit * layout.S + layout.server_of[np.concatenate(gpus)]))
+    else:
+        spans = 0
+    moved = sum(1 for g, p in zip(gpus, previous) if p is not None and not _same(g, p))
     return TypePlacement(gpus=gpus, spans=spans, migrations=moved, note=note)
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a is b or (len(a) == len(b) and np.array_equal(np.sort(a), np.sort(b)))
+
+
 def _greedy(layout: TypeLayout, widths: np.ndarray, previous, consolidate: bool) -> list[np.ndarray]:
+    """``previous`` holds disjoint leases (_valid_previous), so lease extension
+    keeps every one of them: all GPUs are free at the start of a round."""
     free = np.ones(layout.W, dtype=bool)
-    out: list[np.ndarray | None] = [None] * len(widths)
-    order = np.argsort(-widths, kind="stable")
-    for u in order:  # lease extension
-        p = previous[u]
-        if p is not None and free[p].all():
-            free[p] = False
-            out[u] = p
+    out: list[np.ndarray | None] = list(previous)
+    held = [p for p in previous if p is not None]
+    if held:
+        free[np.concatenate(held)] = False
     singles = []
-    for u in order:
+    wl = widths.tolist()
+    fps = layout.free_per_server(free) if consolidate else None
+    for u in sorted(range(len(wl)), key=wl.__getitem__, reverse=True):  # widest first (stable)
         if out[u] is not None:
             continue
-        if widths[u] == 1:
+        if wl[u] == 1:
             singles.append(u)
             continue
-        g = _take_consolidated(layout, free, int(widths[u])) if consolidate else np.flatnonzero(free)[: widths[u]]
+        g = _take_consolidated(layout, free, fps, wl[u]) if consolidate else np.flatnonzero(free)[: wl[u]]
         free[g] = False
         out[u] = g
     if singles:
@@ -212,15 +230,15 @@ def _greedy(layout: TypeLayout, widths: np.ndarray, previous, consolidate: bool)
         if consolidate:
             # Sequential best fit for one-GPU units = fill servers in increasing
             # order of their free count (fullest first), done in one sort.
-            fps = layout.free_per_server(free)
             idx = idx[np.argsort(fps[layout.server_of[idx]], kind="stable")]
-        for u, g in zip(singles, idx[: len(singles)]):
+        for u, g in zip(singles, idx[: len(singles)].tolist()):
             out[u] = np.array([g])
     return out  # type: ignore[return-value]
 
 
-def _take_consolidated(layout: TypeLayout, free: np.ndarray, w: int) -> np.ndarray:
-    fps = layout.free_per_server(free)
+def _take_consolidated(layout: TypeLayout, free: np.ndarray, fps: np.ndarray, w: int) -> np.ndarray:
+    """Take w GPUs: the fullest server that holds them all, else the fewest
+    servers. ``fps`` (free GPUs per server) is updated in place."""
     fits = np.flatnonzero(fps >= w)
     if len(fits):
         servers, counts = [fits[np.argmin(fps[fits])]], [w]
@@ -238,7 +256,8 @@ def _take_consolidated(layout: TypeLayout, free: np.ndarray, w: int) -> np.ndarr
     for s, c in zip(servers, counts):
         a = int(layout.server_start[s])
         parts.append(a + np.flatnonzero(free[a : a + layout.server_capacity[s]])[:c])
-    return np.concatenate(parts)
+        fps[s] -= c
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
 # --------------------------------------------------------------------------

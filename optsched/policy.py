@@ -96,7 +96,8 @@ def solve_instance(
         )
     mod, opts = _module(policy)
     opts.update(options)
-    if (fast or solver in DIRECT_SOLVERS) and inst.n and hasattr(mod, "build_lp") and not hasattr(mod, "allocate"):
+    direct = (fast or solver in DIRECT_SOLVERS) and not opts.get("packing")
+    if direct and inst.n and hasattr(mod, "build_lp") and not hasattr(mod, "allocate"):
         backend = DIRECT_SOLVERS.get(solver, "highs-ipm")
         return solve_matrix_program(inst, policy, mod.build_lp, backend, time_limit, **opts)
     if solver in DIRECT_SOLVERS:
@@ -131,6 +132,11 @@ def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: f
     t0 = time.perf_counter()
     program = build(inst, **opts)
     build_seconds = time.perf_counter() - t0
+    if program.pairs is not None and solver == "clarabel" and program.problem.is_lp():
+        # Pair variables couple jobs along a random graph; CLARABEL's LDL fills in
+        # (max-min, 1,000 jobs, 1,900 pairs: 5.5 s vs 0.2 s with HiGHS IPM, same optimum).
+        solver = "highs"
+        program.info.setdefault("solver", "highs (packing LP)")
     sol = run(program.problem, solver=solver, time_limit=time_limit)
     relaxed_note = ""
     if sol.status == "infeasible" and program.relaxed is not None:

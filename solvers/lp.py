@@ -119,6 +119,12 @@ def _highs(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit, ipm: bool):
     h.passModel(lp)
     h.run()
     ms = h.getModelStatus()
+    if ipm and ms == highspy.HighsModelStatus.kUnknown:
+        # IPX without crossover sometimes stops "imprecise" on tiny or very
+        # degenerate LPs; crossover then recovers an optimal (vertex) solution.
+        h.setOptionValue("run_crossover", "on")
+        h.run()
+        ms = h.getModelStatus()
     if ms == highspy.HighsModelStatus.kOptimal:
         sol = h.getSolution()
         x = np.asarray(sol.col_value)

@@ -33,7 +33,7 @@ from optsched.model import OptschedError
 LOWER = 1e-8
 GAMMA_MAX = 10.0
 BUCKETS = (16, 64, 256, 1024, 4096)
-OUTER_ITERATIONS = 4
+OUTER_ITERATIONS = 8
 
 
 @dataclass(frozen=True)

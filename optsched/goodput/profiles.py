@@ -100,8 +100,14 @@ class Application:
                                    (self.min_local_bsz, self.max_local_bsz))
 
     def step_time(self, gpu_type: str, placement: tuple[int, ...], local_bsz: float, accum_steps: int = 0) -> float:
-        """The "true" time of one optimizer step: the measured placement interpolated
+        step, sync = self.step_sync(gpu_type, placement, local_bsz)
+        return step + accum_steps * (step - sync)
+
+    def step_sync(self, gpu_type: str, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
+        """(step, sync) seconds of one micro-batch step: measured placement interpolated
         in the micro-batch when profiled (the peers' rule), else the fitted model."""
+        from optsched.goodput.model import accum_time
+
         prof = self.profiles.get(gpu_type)
         placement = tuple(int(p) for p in placement if p)
         nodes, replicas = len(placement), sum(placement)
@@ -112,10 +118,10 @@ class Application:
                 order = rows[np.argsort(prof.local_bsz[rows])]
                 x = prof.local_bsz[order]
                 if x[0] <= local_bsz <= x[-1]:
-                    step = float(np.interp(local_bsz, x, prof.step_time[order]))
-                    sync = float(np.interp(local_bsz, x, prof.sync_time[order]))
-                    return step + accum_steps * (step - sync)
-        return float(iteration_time(self.params[gpu_type], nodes, replicas, local_bsz, accum_steps))
+                    return (float(np.interp(local_bsz, x, prof.step_time[order])),
+                            float(np.interp(local_bsz, x, prof.sync_time[order])))
+        step = float(iteration_time(self.params[gpu_type], nodes, replicas, local_bsz, 0))
+        return step, max(step - float(accum_time(self.params[gpu_type], local_bsz)), 0.0)
 
 
 def _read_profile(app_dir: Path, gpu: str | None) -> Profile | None:

@@ -5,7 +5,7 @@ that do not change the optimum.
    with a matrix form: no cvxpy canonicalization per recomputation.
 2. Identical-job classes for policies whose program depends only on
    (throughput row, scale factor, weight) — max-min fairness, aware and
-   agnostic. Jobs with equal rows are interchangeable, so by convexity the
+   agnostic (which sees only the row's pattern T > 0). Jobs with equal rows are interchangeable, so by convexity the
    program has an optimal solution that gives them equal fractions
    (average any optimum over permutations of identical jobs). We solve one row
    per class with scale factor count·s (capacity counts every member) and
@@ -31,7 +31,9 @@ def choose_solver(policy: str, solver: str) -> str:
     from optsched.policy import _module
 
     mod, _ = _module(policy)
-    return "highs-direct" if hasattr(mod, "build_lp") and not hasattr(mod, "allocate") else "clarabel"
+    # CLARABEL called directly: an interior-point solution like the cvxpy path
+    # (and Gavel's ECOS), and the fastest backend on these small LPs.
+    return "clarabel-direct" if hasattr(mod, "build_lp") and not hasattr(mod, "allocate") else "clarabel"
 
 
 def compute_allocation(inst: Instance, policy: str, solver: str, time_limit: float, aggregate: bool, **options) -> Allocation:
@@ -39,7 +41,10 @@ def compute_allocation(inst: Instance, policy: str, solver: str, time_limit: flo
 
     if not (aggregate and policy in SYMMETRIC_POLICIES and inst.n > 1):
         return solve_instance(inst, policy, solver, time_limit, **options)
-    key = np.column_stack([inst.throughput, inst.scale_factor, inst.weight])
+    # The agnostic policy sees only where a job can run (T > 0), so jobs with
+    # the same pattern are interchangeable even if their speeds differ.
+    rows = (inst.throughput > 0).astype(float) if policy.endswith("_agnostic") else inst.throughput
+    key = np.column_stack([rows, inst.scale_factor, inst.weight])
     uniq, first, inverse, counts = np.unique(key, axis=0, return_index=True, return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1)
     if len(uniq) == inst.n:
