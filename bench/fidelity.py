@@ -109,6 +109,11 @@ def tiresias() -> dict:
 
 SECTIONS = {"gavel": gavel, "tiresias": tiresias}
 
+# Elastic sections (goodput, pollux/sia policies): bench/fidelity_elastic.py.
+from fidelity_elastic import pollux, sia  # noqa: E402
+
+SECTIONS.update(pollux=pollux, sia=sia)
+
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -307,7 +307,8 @@ def restart_factor(inst: Instance, grace: bool = False) -> np.ndarray:
 
 
 def allocation_from_choice(inst: Instance, policy: str, gm: GoodputMatrix, a: Assignment, objective: float,
-                           extra: dict | None = None) -> Allocation:
+                           extra: dict | None = None, share: np.ndarray | None = None) -> Allocation:
+    """Decode a choice; ``share``: each job's goodput relative to its fair-share goodput."""
     n, k = inst.n, inst.k
     cfg = gm.configs
     on = a.choice >= 0
@@ -332,6 +333,7 @@ def allocation_from_choice(inst: Instance, policy: str, gm: GoodputMatrix, a: As
         "configurations": int(len(cfg.gpus)),
         "jobs_without_gpus": [inst.job_ids[m] for m in np.flatnonzero(~on)],
         "batch_size": bsz,
+        "share_vs_equal": {jid: float(v) for jid, v in zip(inst.job_ids, share if share is not None else np.zeros(n))},
     }
     if np.isfinite(a.lp_bound):
         explanation["lp_bound"] = a.lp_bound

@@ -107,6 +107,7 @@ def allocate(inst: Instance, policy: str = "hadar", solver: str = "highs", time_
         explanation={
             "capacity_used": {t: float(v) for t, v in zip(inst.gpu_types, X.sum(axis=0))},
             "capacity": {t: float(v) for t, v in zip(inst.gpu_types, inst.capacity)},
+            "share_vs_equal": {jid: float(v) for jid, v in zip(inst.job_ids, thr / best)},
             "mixed_type_jobs": [inst.job_ids[m] for m in np.flatnonzero((X > 0).sum(axis=1) > 1)],
             "jobs_without_gpus": [inst.job_ids[m] for m in np.flatnonzero(X.sum(axis=1) == 0)],
         },

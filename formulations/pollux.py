@@ -87,7 +87,8 @@ def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time
     chosen = np.where(a.choice >= 0, speedup[np.arange(inst.n), np.maximum(a.choice, 0)], 0.0)
     terms = (chosen + EPS) ** p if p != 0 else np.log(chosen + EPS)
     mean = float(np.mean(terms) ** (1 / p)) if p != 0 else float(np.exp(np.mean(terms)))
-    return allocation_from_choice(inst, policy, gm, a, objective=mean,
+    rel = np.where(a.choice >= 0, gm.goodput[np.arange(inst.n), np.maximum(a.choice, 0)] / base, 0.0)
+    return allocation_from_choice(inst, policy, gm, a, objective=mean, share=rel,
                                   extra={"speedup": chosen, "fairness_p": p, "milp_value": a.objective})
 
 

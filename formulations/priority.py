@@ -151,7 +151,7 @@ def allocate(
         X, pairs, Y, thr = gandiva_pack(inst, X, max_partners)
         explanation["capacity_used"] = {t: float(u) for t, u in zip(inst.gpu_types, inst.scale_factor @ X + inst.scale_factor[pairs[:, 0]] @ Y)}
         explanation["capacity"] = {t: float(c) for t, c in zip(inst.gpu_types, inst.capacity)}
-        thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1)
+        thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1) * inst.weight / inst.scale_factor  # as explain()
         rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
         explanation["share_vs_equal"] = {jid: float(r) for jid, r in zip(inst.job_ids, rel)}
     running = int((X.sum(axis=1) > 0).sum() + 2 * len(pairs))

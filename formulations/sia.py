@@ -57,5 +57,8 @@ def allocate(inst: Instance, policy: str = "sia", solver: str = "highs", time_li
     on = a.choice >= 0
     A = np.maximum(chosen[on], ZERO_ALLOC_GAIN) ** p
     objective = float(A.sum() + lambda_n * (~on).sum()) if p < 0 else float(A.sum() - lambda_n * (~on).sum())
-    return allocation_from_choice(inst, policy, gm, a, objective=objective,
+    from optsched.formulations.pollux import fair_share_goodput
+
+    rel = np.where(a.choice >= 0, gm.goodput[np.arange(inst.n), np.maximum(a.choice, 0)] / fair_share_goodput(inst, gm), 0.0)
+    return allocation_from_choice(inst, policy, gm, a, objective=objective, share=rel,
                                   extra={"normalized_goodput": chosen, "fairness_p": p, "lambda_n": lambda_n})

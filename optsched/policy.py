@@ -211,7 +211,7 @@ def _packed_result(inst: Instance, pv, X: np.ndarray, Y: np.ndarray, thr: np.nda
     thr = (inst.throughput * X).sum(axis=1) + pv.throughput_value(inst.throughput, Y)
     used = inst.scale_factor @ X + pv.scale_factor @ Y
     explanation["capacity_used"] = {t: float(u) for t, u in zip(inst.gpu_types, used)}
-    thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1)
+    thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1) * inst.weight / inst.scale_factor  # as explain()
     rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
     explanation["share_vs_equal"] = {jid: float(r) for jid, r in zip(inst.job_ids, rel)}
     keep = Y.sum(axis=1) > 0

@@ -183,7 +183,9 @@ def test_cpsat_records_a_note_when_it_keeps_the_greedy(monkeypatch):
     widths, previous = np.array([1, 1, 4]), [np.array([0]), np.array([4]), None]
     res = place(layout, widths, previous, "cpsat")
     assert "greedy kept" in res.note
-    assert (res.spans, res.migrations) == (4, 0)
+    # The better of the two greedy starts (with leases: 4 spans, 0 moves;
+    # repacked from scratch: 3 spans, 2 moves) — spans come first.
+    assert (res.spans, res.migrations) == (3, 2)
     check_valid(layout, widths, res.gpus)
 
 
