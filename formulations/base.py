@@ -4,17 +4,23 @@ and the base constraints of DESIGN.md §4.
     X >= 0,   X[m, j] = 0 where job m cannot run on type j,
     Σ_j X[m, j] <= 1            (a job runs at most all of the time)
     Σ_m s_m X[m, j] <= W_j      (capacity of type j)
+
+cvxpy is imported inside the functions that build cvxpy expressions: the
+simulator's direct LP path (build_lp) uses only the numpy helpers here, and
+importing cvxpy costs ~1.7 s per process.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import cvxpy as cp
 import numpy as np
 
 from optsched.model import Instance, OptschedError
+
+if TYPE_CHECKING:
+    import cvxpy as cp
 
 
 @dataclass
@@ -36,6 +42,8 @@ class Program:
 
 def allocation_variable(inst: Instance) -> tuple[cp.Variable, list[cp.Constraint], cp.Constraint]:
     """X with the base constraints; returns (X, constraints, capacity constraint)."""
+    import cvxpy as cp
+
     X = cp.Variable((inst.n, inst.k), nonneg=True, name="X")
     capacity = inst.scale_factor @ X <= inst.capacity
     constraints = [
@@ -143,6 +151,8 @@ class PairVariables:
 
     def time(self) -> cp.Expression:
         """Per-job time in any pair: Σ_{p ∋ m} Σ_j Y[p, j]."""
+        import cvxpy as cp
+
         per_pair = cp.sum(self.Y, axis=1)
         return (self.first + self.second) @ per_pair
 
@@ -157,6 +167,8 @@ class PairVariables:
 
     def throughput(self, T: np.ndarray) -> cp.Expression:
         """Per-job packed throughput: Σ_{p ∋ m} Σ_j c[p, j, role(m)] Y[p, j]."""
+        import cvxpy as cp
+
         c0, c1 = self.coefficients(T)
         return self.first @ cp.sum(cp.multiply(c0, self.Y), axis=1) + self.second @ cp.sum(
             cp.multiply(c1, self.Y), axis=1
@@ -204,6 +216,7 @@ def _top_partners(cand: np.ndarray, a: np.ndarray, b: np.ndarray, gain: np.ndarr
 
 def pair_variables(inst: Instance, max_partners: int | None = 8) -> PairVariables | None:
     """Pair variables for the admitted pairs, or None when no pair is admitted."""
+    import cvxpy as cp
     import scipy.sparse as sp
 
     pairs, rate, ok = admitted_pairs(inst, max_partners)
@@ -226,6 +239,8 @@ def packed_allocation_variable(
         Σ_j X[m, j] + Σ_{p ∋ m} Σ_j Y[p, j] <= 1,
         Σ_m s_m X[m, j] + Σ_p s_p Y[p, j] <= W_j,   Y[p, j] = 0 unless admitted.
     """
+    import cvxpy as cp
+
     pv = pair_variables(inst, max_partners) if packing else None
     if pv is None:
         X, constraints, capacity = allocation_variable(inst)
@@ -243,6 +258,8 @@ def packed_allocation_variable(
 
 def job_throughput(A: np.ndarray, X: cp.Variable, pv: PairVariables | None = None) -> cp.Expression:
     """thr_m = Σ_j A[m, j] X[m, j] (+ every pair containing m), vectorized."""
+    import cvxpy as cp
+
     thr = cp.sum(cp.multiply(A, X), axis=1)
     return thr if pv is None else thr + pv.throughput(A)
 

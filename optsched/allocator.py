@@ -364,34 +364,13 @@ class Allocator:
         allocation naming a job never seen is an OptschedError; jobs the
         allocation names that were removed are ignored. Nothing changes in the
         allocator if this raises."""
-        inst = self._instance(jobs)
-        n, k = inst.n, len(self.gpu_types)
-        ids = inst.job_ids
-        cols = self._columns(inst.gpu_types)
-        T = np.zeros((n, k))
-        T[:, cols] = inst.throughput
-        sf = inst.scale_factor
-        if n and (not np.all(np.isfinite(sf)) or np.any(sf < 1) or np.any(sf != np.round(sf))):
-            m = int(np.flatnonzero(~np.isfinite(sf) | (sf < 1) | (sf != np.round(sf)))[0]) if n else 0
-            raise OptschedError(f"jobs[{m}].scale_factor: job {ids[m]!r} needs a positive whole number of GPUs (got {sf[m]})")
-        sf = sf.astype(np.int64)
-        usable = (T > 0) & (sf[:, None] <= self._capacity[None, :])
-        stuck = ~usable.any(axis=1)
-        if stuck.any():
-            m = int(np.flatnonzero(stuck)[0])
-            have = ", ".join(f"{t} {int(c)}" for t, c in zip(self.gpu_types, self._capacity) if T[m, self._col[t]] > 0)
-            raise OptschedError(
-                f"jobs[{m}].scale_factor: job {ids[m]!r} needs {sf[m]} GPUs but no GPU type it can run on has "
-                f"that many ({have or 'it has no positive throughput'})"
-            )
-        X, pairs, counts = self._read_allocation(allocation, inst, cols)
-        notes = []
-        if (X > 0).any() and (X[~usable] > 0).any():
-            notes.append("allocation gives time on types some jobs cannot use; ignored")
-        X = np.where(usable, X, 0.0)
+        view = self._view(self._instance(jobs))
+        ids, sf, usable = view.ids, view.sf, view.usable
+        n, k = len(ids), len(self.gpu_types)
+        X, pairs, counts, allocation_notes = self._read_allocation(allocation, view)
+        notes = list(allocation_notes)
 
-        rows = self._rows(ids)
-        known = rows >= 0
+        rows, known, all_known = self._rows(ids)
         reset = self._is_reset(allocation, ids, rows, known, X, pairs)
         if reset:
             full = self._reset_arrays()
@@ -400,9 +379,11 @@ class Allocator:
             full = None
             pair_state = self._pairs
         src = full or {"received": self._received, "present": self._present, "deficit": self._deficit}
-        if known.all():  # the common case: fancy indexing copies
+        if all_known:  # the common case: fancy indexing copies
             rec, pres = src["received"][rows], src["present"][rows]
             deficit, tiebreak = src["deficit"][rows], self._tiebreak[rows]
+            ever = self._ever[rows]
+            was = self._running[rows]
         else:
             rec, pres = np.full((n, k), PRIOR_ROUNDS), np.full(n, PRIOR_ROUNDS)  # a new job's prior
             deficit, tiebreak = np.zeros((n, k)), np.zeros(n)
@@ -412,72 +393,109 @@ class Allocator:
             tiebreak[known] = self._tiebreak[rows[known]]
             for m in np.flatnonzero(~known):
                 tiebreak[m] = _tiebreak(self.seed, ids[m])
+            ever = np.zeros(n, dtype=bool)
+            ever[known] = self._ever[rows[known]]
+            was = np.zeros(n, dtype=bool)
+            was[known] = self._running[rows[known]]
 
         units: list[list[tuple[tuple[int, ...], int]]] = [[] for _ in range(k)]  # per column: (members, width)
         if counts is not None:
             self._units_from_counts(counts, units)
         else:
-            ever = np.zeros(n, dtype=bool)
-            ever[known] = self._ever[rows[known]]
-            self._walk_priorities(X, rec, pres, deficit, tiebreak, usable, sf, pairs, pair_state, units, ids, ever)
+            self._walk_priorities(X, rec, pres, deficit, tiebreak, usable, sf, view.sfl, pairs, pair_state, units, ids, ever)
 
-        # Placement, type by type.
-        gpus_now: dict[str, dict[int, np.ndarray]] = {}
-        unit_now: dict[str, str | tuple[str, str]] = {}
-        limit = self.placement_time_limit / max(1, sum(1 for u in units if u))
+        # Placement, type by type. A unit keeps its previous GPUs (lease) when
+        # it ran on the type last round as the same unit with the same width.
         unit_keys: list[list] = [[] for _ in range(k)]
+        held: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]  # per job: (column, GPU numbers)
+        key_of: list = [None] * n
+        limit = self.placement_time_limit / max(1, sum(1 for u in units if u))
+        prev_unit, prev_gpus = self._unit, self._gpus
+        greedy = self.placement != "cpsat"
+        consolidate = self.placement == "consolidated"
         for c, us in enumerate(units):
             if not us:
                 continue
-            tl = self.layout.types[self.gpu_types[c]]
-            widths = np.array([w for _, w in us], dtype=np.int64)
-            keys = unit_keys[c] = [_unit_key(ids, mem) for mem, _ in us]
-            prev = [self._previous(key, c) for key in keys]
-            res = place(tl, widths, prev, self.placement, limit, self.seed, score=False)
-            if res.note:
-                notes.append(f"{tl.gpu_type}: {res.note}")
-            for (mem, _), key, g in zip(us, keys, res.gpus):
+            tl = self._layouts[c]
+            keys = unit_keys[c] = [ids[mem[0]] if len(mem) == 1 else _pair_key(ids[mem[0]], ids[mem[1]]) for mem, _ in us]
+            prev = []
+            for key in keys:
+                first = key[0] if type(key) is tuple else key
+                prev.append(prev_gpus[first].get(c) if prev_unit.get(first) == key else None)
+            widths = [w for _, w in us]
+            gs = place_greedy_fast(tl, widths, prev, consolidate) if greedy else None
+            if gs is None:  # a wide unit to place, overlapping leases, or CP-SAT
+                res = place(tl, np.array(widths, dtype=np.int64), prev, self.placement, limit, self.seed, score=False)
+                gs = res.gpus
+                if res.note:
+                    notes.append(f"{tl.gpu_type}: {res.note}")
+            for (mem, _), key, g in zip(us, keys, gs):
                 for m in mem:
-                    gpus_now.setdefault(ids[m], {})[c] = g
-                    unit_now[ids[m]] = key
+                    held[m].append((c, g))
+                    key_of[m] = key
 
-        running = np.zeros(n, dtype=bool)
-        running[[m for us in units for mem, _ in us for m in mem]] = True
-        was = np.zeros(n, dtype=bool)
-        was[known] = self._running[rows[known]]
-        idx = np.arange(n)
-        continued = tuple(ids[m] for m in idx[running & was])
-        migrated = tuple(j for j in continued if not _same_gpus(gpus_now[j], self._gpus[j]))
-        slots = [self.layout.types[t].slots for t in self.gpu_types]
-        assignments = {}
-        for m in idx[running].tolist():
-            per = gpus_now[ids[m]]
-            if len(per) == 1:
-                ((c, g),) = per.items()
-                assignments[ids[m]] = tuple(map(slots[c].__getitem__, g.tolist()))
+        # The round's result, job by job in the order of ``jobs``. A job that
+        # kept its GPUs keeps its GPU dict and slot tuple from last round.
+        slots = self._slots
+        prev_assign = self._assignments
+        gpus_now: dict[str, dict[int, np.ndarray]] = {}
+        unit_now: dict[str, str | tuple[str, str]] = {}
+        assignments: dict[str, tuple[GpuSlot, ...]] = {}
+        started, preempted, continued, migrated = [], [], [], []
+        was_l = was.tolist()
+        for m, j in enumerate(ids):
+            h = held[m]
+            if not h:
+                if was_l[m]:
+                    preempted.append(j)
+                continue
+            old = prev_gpus.get(j)
+            if len(h) == 1:
+                c, g = h[0]
+                a = prev_assign.get(j)
+                if old is not None and a is not None and len(old) == 1 and old.get(c) is g:
+                    per = old
+                else:
+                    per = {c: g}
+                    a = tuple(map(slots[c].__getitem__, g.tolist()))
+            else:  # a configuration policy split the job over types
+                per = dict(h)
+                a = tuple(slots[c][i] for c, g in sorted(per.items()) for i in g.tolist())
+            gpus_now[j] = per
+            assignments[j] = a
+            unit_now[j] = key_of[m]
+            if was_l[m]:
+                continued.append(j)
+                if per is not old and not _same_gpus(per, old):
+                    migrated.append(j)
             else:
-                assignments[ids[m]] = tuple(slots[c][i] for c, g in sorted(per.items()) for i in g.tolist())
+                started.append(j)
         result = Placement(
             assignments=assignments,
-            started=tuple(ids[m] for m in idx[running & ~was]),
-            preempted=tuple(ids[m] for m in idx[was & ~running]),
-            continued=continued,
-            migrated=migrated,
+            started=tuple(started),
+            preempted=tuple(preempted),
+            continued=tuple(continued),
+            migrated=tuple(migrated),
             note="; ".join(notes),
             round=self._round,
         )
-        self._commit(ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, unit_keys, gpus_now, unit_now, allocation)
+        self._commit(ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, unit_keys,
+                     gpus_now, unit_now, assignments, allocation)
         return result
 
     # ------------------------------------------------------------------
     # Internals
     # ------------------------------------------------------------------
 
-    def _walk_priorities(self, X, rec, pres, deficit, tiebreak, usable, sf, pairs, pair_state, units, ids, ever) -> None:
+    def _walk_priorities(self, X, rec, pres, deficit, tiebreak, usable, sf, sfl, pairs, pair_state, units, ids, ever) -> None:
         n = len(ids)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            fresh = ~ever[:, None] | (rec <= 0)
-            pri = np.where(X > 0, np.where(fresh, X * NEVER_RUN, X * pres[:, None] / rec), 0.0)
+        # priority = X·present/received; X·1e9 for a job that never ran (or has
+        # no rounds received); 0 where X = 0 (X ≥ 0, masked to usable types).
+        fresh = ~ever[:, None] | (rec <= 0)
+        pri = X * pres[:, None]
+        np.divide(pri, rec, out=pri, where=~fresh)
+        if fresh.any():
+            pri[fresh] = X[fresh] * NEVER_RUN
         # Pairs: (a, b, width, pair priority per type, deficit, x) where allowed.
         pair_rows = []
         for a, b, xp in pairs:
@@ -506,8 +524,10 @@ class Allocator:
         walk = self._walk
         if self._shuffle:
             walk = list(np.random.default_rng((self.seed, self._round)).permutation(walk))
-        pos = np.empty(len(self.gpu_types), dtype=np.int64)
-        pos[walk] = np.arange(len(walk))
+            pos = np.empty(len(self.gpu_types), dtype=np.int64)
+            pos[walk] = np.arange(len(walk))
+        else:
+            pos = self._walk_pos
         keys = [k_tb, -k_x, -k_def, -k_pri]
         if self.queue == "per_type":
             keys.append(pos[col])
@@ -515,9 +535,7 @@ class Allocator:
             keys += [pos[col], k_pri < 1.0]
         order = np.lexsort(keys)
         sched = [False] * n
-        sfl = sf.tolist()
-        free = self._capacity.copy()
-        left = free.tolist()
+        left = self._capacity.tolist()
         total = sum(left)
         for e, c in zip(ent[order].tolist(), col[order].tolist()):
             if total == 0:
@@ -539,32 +557,33 @@ class Allocator:
                 units[c].append(((a, b), w))
             left[c] -= w
             total -= w
-        free = np.array(left, dtype=np.int64)
-        if not self.work_conserving or not free.any():
+        if not self.work_conserving or total == 0 or all(sched):
             return
         # Work conservation: idle GPUs to jobs not yet running, least served first.
         # Jobs already running on the type go first (no needless preemption or
         # move to another type), then the least served.
+        waiting = ~np.array(sched, dtype=bool)
+        if not usable[waiting].any():
+            return
         served = rec.sum(axis=1) / np.maximum(pres, 1.0)
         was_on = np.zeros((n, len(self.gpu_types)), dtype=bool)
-        for m, j in enumerate(ids):
-            per = self._gpus.get(j)
+        for m in np.flatnonzero(waiting).tolist():
+            per = self._gpus.get(ids[m])
             if per:
                 was_on[m, list(per)] = True
         for c in walk:
-            left = int(free[c])
-            if left == 0:
+            if left[c] == 0:
                 continue
-            cand = np.flatnonzero(usable[:, c] & ~np.array(sched, dtype=bool) & (sf <= left))
+            cand = np.flatnonzero(usable[:, c] & waiting & (sf <= left[c]))
             for e in cand[np.lexsort((tiebreak[cand], served[cand], ~was_on[cand, c]))].tolist():
-                if left == 0:
+                if left[c] == 0:
                     break
-                if sched[e] or sfl[e] > left:
+                if sched[e] or sfl[e] > left[c]:
                     continue
                 sched[e] = True
-                left -= sfl[e]
+                waiting[e] = False
+                left[c] -= sfl[e]
                 units[c].append(((e,), sfl[e]))
-            free[c] = left
 
     def _units_from_counts(self, counts: np.ndarray, units) -> None:
         over = counts.sum(axis=0) > self._capacity
@@ -583,15 +602,18 @@ class Allocator:
             return None
         return self._gpus[first].get(c)
 
-    def _rows(self, ids: tuple[str, ...]) -> np.ndarray:
-        """Row of each job in the state arrays (-1 for jobs never seen); cached
-        while the job list and the rows are unchanged (the simulator's case)."""
+    def _rows(self, ids: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Row of each job in the state arrays (-1 for jobs never seen), which
+        are known, and whether all are; cached while the job list and the rows
+        are unchanged (the simulator's case)."""
         hit = self._cache.get("rows")
         if hit is not None and hit[1] == self._rows_version and (hit[0] is ids or hit[0] == ids):
             return hit[2]
         rows = np.fromiter((self._row.get(j, -1) for j in ids), dtype=np.int64, count=len(ids))
-        self._cache["rows"] = (ids, self._rows_version, rows)
-        return rows
+        known = rows >= 0
+        out = (rows, known, bool(known.all()))
+        self._cache["rows"] = (ids, self._rows_version, out)
+        return out
 
     def _instance(self, jobs) -> Instance:
         if isinstance(jobs, Instance):
@@ -605,26 +627,54 @@ class Allocator:
             return inst
         raise OptschedError(f"jobs: expected an Instance or a Snapshot, got {type(jobs).__name__}")
 
-    def _columns(self, gpu_types: tuple[str, ...]) -> np.ndarray:
-        hit = self._cache.get("columns")
-        if hit is not None and hit[0] == gpu_types:
-            return hit[1]
-        unknown = [t for t in gpu_types if t not in self._col]
+    def _view(self, inst: Instance) -> "_JobsView":
+        """The jobs' scale factors and usable types in the allocator's columns,
+        validated. Cached while the instance carries the same jobs, types,
+        throughputs and scale factors: the simulator builds a new Instance every
+        round, mostly with the same content."""
+        T, sf = np.asarray(inst.throughput), np.asarray(inst.scale_factor)
+        hit = self._cache.get("view")
+        if hit is not None and (hit.inst is inst or hit.key == (inst.job_ids, inst.gpu_types, T.shape, T.dtype, sf.dtype,
+                                                                 T.tobytes(), sf.tobytes())):
+            return hit
+        key = (inst.job_ids, inst.gpu_types, T.shape, T.dtype, sf.dtype, T.tobytes(), sf.tobytes())
+        n, k = inst.n, len(self.gpu_types)
+        ids = inst.job_ids
+        unknown = [t for t in inst.gpu_types if t not in self._col]
         if unknown:
             raise OptschedError(f"jobs: unknown GPU type {unknown[0]!r} (cluster has {', '.join(self.gpu_types)})")
-        cols = np.array([self._col[t] for t in gpu_types], dtype=np.int64)
-        self._cache["columns"] = (gpu_types, cols)
-        return cols
+        cols = np.array([self._col[t] for t in inst.gpu_types], dtype=np.int64)
+        Tk = np.zeros((n, k))
+        Tk[:, cols] = T
+        if n and (not np.all(np.isfinite(sf)) or np.any(sf < 1) or np.any(sf != np.round(sf))):
+            m = int(np.flatnonzero(~np.isfinite(sf) | (sf < 1) | (sf != np.round(sf)))[0])
+            raise OptschedError(f"jobs[{m}].scale_factor: job {ids[m]!r} needs a positive whole number of GPUs (got {sf[m]})")
+        sfi = sf.astype(np.int64)
+        usable = (Tk > 0) & (sfi[:, None] <= self._capacity[None, :])
+        stuck = ~usable.any(axis=1)
+        if stuck.any():
+            m = int(np.flatnonzero(stuck)[0])
+            have = ", ".join(f"{t} {int(c)}" for t, c in zip(self.gpu_types, self._capacity) if Tk[m, self._col[t]] > 0)
+            raise OptschedError(
+                f"jobs[{m}].scale_factor: job {ids[m]!r} needs {sfi[m]} GPUs but no GPU type it can run on has "
+                f"that many ({have or 'it has no positive throughput'})"
+            )
+        view = _JobsView(inst, key, ids, sfi, sfi.tolist(), usable)
+        self._cache["view"] = view
+        return view
 
-    def _read_allocation(self, allocation: Allocation, inst: Instance, cols_inst: np.ndarray):
-        """X (n, k) in the allocator's columns, pairs [(a, b, x_pair (k,))], gpu_counts (n, k) or None."""
+    def _read_allocation(self, allocation: Allocation, view: "_JobsView"):
+        """X (n, k) in the allocator's columns, zero on types a job cannot use;
+        pairs [(a, b, x_pair (k,))]; gpu_counts (n, k) or None; notes. Cached
+        while the allocation object and the jobs' view are the same."""
         if not isinstance(allocation, Allocation):
             raise OptschedError(f"allocation: expected an Allocation, got {type(allocation).__name__}")
         hit = self._cache.get("allocation")
-        if hit is not None and hit[0] is allocation and hit[1] is inst.job_ids:
+        if hit is not None and hit[0] is allocation and hit[1] is view:
             return hit[2]
-        n, k = inst.n, len(self.gpu_types)
-        pos = {j: m for m, j in enumerate(inst.job_ids)}
+        ids = view.ids
+        n, k = len(ids), len(self.gpu_types)
+        pos = {j: m for m, j in enumerate(ids)}
         where = np.fromiter((pos.get(j, -1) for j in allocation.job_ids), dtype=np.int64, count=len(allocation.job_ids))
         missing = np.flatnonzero(where < 0)
         for a in missing:
@@ -666,8 +716,12 @@ class Allocator:
                 raise OptschedError("allocation.gpu_counts: must be whole non-negative numbers shaped like fractions")
             counts = np.zeros((n, k), dtype=np.int64)
             counts[np.ix_(where[ok], acols)] = G[ok].astype(np.int64)
-        out = (X, pairs, counts)
-        self._cache["allocation"] = (allocation, inst.job_ids, out)
+        notes = []
+        if (X > 0).any() and (X[~view.usable] > 0).any():
+            notes.append("allocation gives time on types some jobs cannot use; ignored")
+        X = np.where(view.usable, X, 0.0)
+        out = (X, pairs, counts, tuple(notes))
+        self._cache["allocation"] = (allocation, view, out)
         return out
 
     def _is_reset(self, allocation, ids, rows, known, X, pairs) -> bool:
@@ -708,7 +762,8 @@ class Allocator:
             out[key] = _PairState(np.full(len(ps.received), pr), pr, pr, d, np.zeros_like(ps.x), ps.ran)
         return out
 
-    def _commit(self, ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, unit_keys, gpus_now, unit_now, allocation):
+    def _commit(self, ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, unit_keys,
+                gpus_now, unit_now, assignments, allocation):
         k = len(self.gpu_types)
         if full is not None:
             self._received, self._present, self._prior = full["received"], full["present"], full["prior"]
@@ -718,17 +773,18 @@ class Allocator:
         if new:
             self._append_rows(new)
             rows = np.fromiter((self._row[j] for j in ids), dtype=np.int64, count=len(ids))
-        self._tiebreak[rows] = tiebreak
-        if new:
+            self._tiebreak[rows] = tiebreak
             self._prior[rows[~known]] = PRIOR_ROUNDS
         # Credit one round per unit scheduled.
-        credit = np.zeros((len(ids), k))
+        solo_m: list[int] = []
+        solo_c: list[int] = []
         self._last_credit = {}
         for c, us in enumerate(units):
             for (mem, _), key in zip(us, unit_keys[c]):
                 self._last_credit[(key, c)] = 1.0
                 if len(mem) == 1:
-                    credit[mem[0], c] = 1.0
+                    solo_m.append(mem[0])
+                    solo_c.append(c)
                 else:
                     ps = self._pairs.get(key)
                     if ps is None:
@@ -736,11 +792,12 @@ class Allocator:
                     ps.received[c] += 1.0
                     ps.ran = True
                     self._ever[rows[list(mem)]] = True
-        self._received[rows] = rec + credit
+        rec[solo_m, solo_c] += 1.0  # rec is this round's copy (fancy indexing), free to update
+        self._received[rows] = rec
         self._present[rows] = pres + 1.0
         self._deficit[rows] = deficit
         self._x[rows] = X
-        self._ever[rows] |= credit.any(axis=1)
+        self._ever[rows[solo_m]] = True
         # Pair bookkeeping: X in force and presence.
         for a, b, xp in pairs:
             key = _pair_key(ids[a], ids[b])
@@ -751,7 +808,7 @@ class Allocator:
             ps.present += 1.0
         self._running[:] = False
         self._running[rows[[m for m, j in enumerate(ids) if j in gpus_now]]] = True
-        self._gpus, self._unit = gpus_now, unit_now
+        self._gpus, self._unit, self._assignments = gpus_now, unit_now, assignments
         self._allocation = allocation
         self._adopt_first = False
         self._round += 1

@@ -34,6 +34,7 @@ physical cluster), the remainder on a last, smaller server; ids
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -72,6 +73,21 @@ class TypeLayout:
 
     def free_per_server(self, free: np.ndarray) -> np.ndarray:
         return np.add.reduceat(free.astype(np.int64), self.server_start) if self.S else np.zeros(0, np.int64)
+
+    @cached_property
+    def lists(self) -> tuple[list[int], list[int], list[int]]:
+        """(server capacity, server start, server of each GPU) as Python lists,
+        for the pure-Python fast path (numpy calls cost more than they do here)."""
+        return self.server_capacity.tolist(), self.server_start.tolist(), self.server_of.tolist()
+
+    @cached_property
+    def single_gpu(self) -> tuple[np.ndarray, ...]:
+        """A read-only one-element array per GPU, shared by every one-GPU unit
+        placed there (saves building a new array per unit per round)."""
+        out = tuple(np.array([g], dtype=np.int64) for g in range(self.W))
+        for a in out:
+            a.flags.writeable = False
+        return out
 
     def min_servers(self, width: int) -> int:
         """Fewest servers that can hold ``width`` GPUs (largest servers first):
@@ -166,6 +182,61 @@ def place(
         raise OptschedError(f"placement: unknown policy {policy!r} (choose from {', '.join(PLACEMENT_POLICIES)})")
     gpus = _greedy(layout, widths, previous, consolidate=policy == "consolidated")
     return _scored(layout, gpus, previous) if score else TypePlacement(gpus, -1, -1)
+
+
+def place_greedy_fast(
+    layout: TypeLayout, widths: list[int], previous: list[np.ndarray | None], consolidate: bool
+) -> list[np.ndarray] | None:
+    """The greedy policies' result (``_greedy`` after ``_valid_previous``) for
+    the common round where every unit either keeps its previous GPUs or needs
+    one GPU, computed with Python ints instead of a dozen numpy calls.
+
+    Returns None — use ``place`` — when a unit without a valid lease is wider
+    than one GPU, or when leases overlap (``_valid_previous`` then decides
+    which one stays). A kept lease is returned as the same array object.
+    The caller guarantees Σ widths ≤ W (``place`` checks it)."""
+    taken: set[int] = set()
+    out: list[np.ndarray | None] = []
+    singles: list[int] = []
+    for u, (w, p) in enumerate(zip(widths, previous)):
+        if p is not None and len(p) == w:
+            before = len(taken)
+            taken.update(p.tolist())
+            if len(taken) != before + w:
+                return None
+            out.append(p)
+        elif w == 1:
+            out.append(None)
+            singles.append(u)
+        else:
+            return None
+    if singles:
+        single = layout.single_gpu
+        for u, g in zip(singles, _free_gpus(layout, taken, len(singles), consolidate)):
+            out[u] = single[g]
+    return out  # type: ignore[return-value]
+
+
+def _free_gpus(layout: TypeLayout, taken: set[int], count: int, consolidate: bool) -> list[int]:
+    """The first ``count`` free GPUs in the order ``_greedy`` gives one-GPU
+    units: consolidated — servers by increasing free count (fullest first, ties
+    by server order), GPUs in order within a server, which is the stable sort
+    of the GPU numbers by their server's free count; first fit — lowest first."""
+    caps, starts, server_of = layout.lists
+    fps = caps.copy()
+    for g in taken:
+        fps[server_of[g]] -= 1
+    servers = sorted(range(len(caps)), key=fps.__getitem__) if consolidate else range(len(caps))
+    out: list[int] = []
+    for s in servers:
+        if fps[s] == 0:
+            continue
+        for g in range(starts[s], starts[s] + caps[s]):
+            if g not in taken:
+                out.append(g)
+                if len(out) == count:
+                    return out
+    return out
 
 
 def _valid_previous(layout: TypeLayout, widths: np.ndarray, previous) -> list[np.ndarray | None]:
@@ -424,4 +495,4 @@ def servers_spanned(layout: TypeLayout, gpus: np.ndarray) -> int:
     return int(len(np.unique(layout.server_of[gpus])))
 
 
-__all__ = ["PLACEMENT_POLICIES", "Layout", "TypeLayout", "TypePlacement", "place", "place_cpsat", "servers_spanned"]
+__all__ = ["PLACEMENT_POLICIES", "Layout", "TypeLayout", "TypePlacement", "place", "place_cpsat", "place_greedy_fast", "servers_spanned"]

@@ -21,12 +21,19 @@ Backends:
 
 Duals are returned for the inequality rows (>= 0, the price of relaxing a
 ``<=`` row by one unit in a *minimization*) and the equality rows.
+
+The constraint blocks are stacked column-wise with numpy (``_Columns``), not
+scipy.sparse.vstack: on the simulator's ≤ 30-row LPs scipy's format checks cost
+more than the solve. The stacked matrix is exactly the one scipy would build
+(same entries, same order, explicit zeros kept), so the backends see the same
+input.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -63,8 +70,8 @@ def solve_lp(
         raise ValueError(f"unknown LP backend {backend!r} (choose from {', '.join(LP_BACKENDS)})")
     c = np.asarray(c, dtype=float)
     nv = c.size
-    A_ub = sp.csr_matrix((0, nv)) if A_ub is None else sp.csr_matrix(A_ub)
-    A_eq = sp.csr_matrix((0, nv)) if A_eq is None else sp.csr_matrix(A_eq)
+    A_ub = _columns(A_ub, nv)
+    A_eq = _columns(A_eq, nv)
     b_ub = np.zeros(0) if b_ub is None else np.asarray(b_ub, dtype=float)
     b_eq = np.zeros(0) if b_eq is None else np.asarray(b_eq, dtype=float)
     lb = np.broadcast_to(np.asarray(lb, dtype=float), (nv,))
@@ -94,8 +101,8 @@ def solve_lp(
 def _highs(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit, ipm: bool):
     import highspy
 
-    m_ub, m_eq = A_ub.shape[0], A_eq.shape[0]
-    A = sp.vstack([A_ub, A_eq]).tocsc()
+    m_ub, m_eq = A_ub.n_rows, A_eq.n_rows
+    A = _stack([A_ub, A_eq])
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_ = c.size
@@ -145,18 +152,19 @@ def _clarabel(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit):
     import clarabel
 
     nv = c.size
-    eye = sp.identity(nv, format="csr")
     fin_lb, fin_ub = np.isfinite(lb), np.isfinite(ub)
     # Clarabel form: A x + s = b, s in cones. Equalities first (zero cone),
     # then <= rows, then bounds written as rows (-x <= -lb, x <= ub).
-    A = sp.vstack([A_eq, A_ub, -eye[fin_lb], eye[fin_ub]]).tocsc()
+    stacked = _stack([A_eq, A_ub, _bound_rows(fin_lb, -1.0), _bound_rows(fin_ub, 1.0)])
+    A = sp.csc_matrix((stacked.data, stacked.indices, stacked.indptr), shape=(stacked.n_rows, nv))
     b = np.concatenate([b_eq, b_ub, -lb[fin_lb], ub[fin_ub]])
-    m_eq, m_ub = A_eq.shape[0], A_ub.shape[0]
-    cones = ([clarabel.ZeroConeT(m_eq)] if m_eq else []) + [clarabel.NonnegativeConeT(A.shape[0] - m_eq)]
+    m_eq, m_ub = A_eq.n_rows, A_ub.n_rows
+    cones = ([clarabel.ZeroConeT(m_eq)] if m_eq else []) + [clarabel.NonnegativeConeT(stacked.n_rows - m_eq)]
     settings = clarabel.DefaultSettings()
     settings.verbose = False
     settings.time_limit = float(time_limit)
-    solver = clarabel.DefaultSolver(sp.csc_matrix((nv, nv)), c, A, b, cones, settings)
+    no_quadratic = sp.csc_matrix((np.zeros(0), np.zeros(0, np.int32), np.zeros(nv + 1, np.int32)), shape=(nv, nv))
+    solver = clarabel.DefaultSolver(no_quadratic, c, A, b, cones, settings)
     res = solver.solve()
     st = str(res.status)
     if st in ("Solved", "AlmostSolved"):
@@ -165,6 +173,45 @@ def _clarabel(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit):
         return "optimal", x, float(c @ x), z[m_eq : m_eq + m_ub], z[:m_eq], ""
     name = {"PrimalInfeasible": "infeasible", "DualInfeasible": "unbounded", "MaxTime": "time_limit"}.get(st, "error")
     return name, None, float("nan"), None, None, f"CLARABEL: {st}"
+
+
+class _Columns(NamedTuple):
+    """A sparse matrix as bare CSC arrays (row indices sorted within each column)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    n_rows: int
+
+
+def _columns(A, nv: int) -> _Columns:
+    """A constraint block (any scipy.sparse format, dense, or None) as CSC arrays."""
+    if A is None:
+        return _Columns(np.zeros(nv + 1, np.int32), np.zeros(0, np.int32), np.zeros(0), 0)
+    A = A.tocsc() if sp.issparse(A) else sp.csc_matrix(np.asarray(A, dtype=float))
+    if not A.has_canonical_format:  # sorted rows, duplicates summed (as a CSR→CSC conversion gives)
+        A = A.copy()
+        A.sum_duplicates()
+    return _Columns(A.indptr, A.indices, np.asarray(A.data, dtype=float), A.shape[0])
+
+
+def _bound_rows(finite: np.ndarray, sign: float) -> _Columns:
+    """sign · I restricted to the rows of variables with a finite bound."""
+    count = int(finite.sum())
+    indptr = np.concatenate([[0], np.cumsum(finite)]).astype(np.int32)
+    return _Columns(indptr, np.arange(count, dtype=np.int32), np.full(count, sign), count)
+
+
+def _stack(blocks: list[_Columns]) -> _Columns:
+    """Row-stack CSC blocks (vertically, in order): each column lists its
+    entries of the first block, then of the second, ... — rows stay sorted."""
+    indptr = sum(b.indptr for b in blocks)
+    offsets = np.cumsum([0] + [b.n_rows for b in blocks[:-1]])
+    column = np.concatenate([np.repeat(np.arange(len(b.indptr) - 1), np.diff(b.indptr)) for b in blocks])
+    order = np.argsort(column, kind="stable")  # stable: block order within a column
+    indices = np.concatenate([b.indices + off for b, off in zip(blocks, offsets)])[order]
+    data = np.concatenate([b.data for b in blocks])[order]
+    return _Columns(indptr.astype(np.int32), indices.astype(np.int32), data, int(sum(b.n_rows for b in blocks)))
 
 
 @dataclass(frozen=True)
