@@ -130,6 +130,61 @@ def _window(window: Optional[str]):
     return (lo, hi)
 
 
+def _is_workload(trace: Path, fmt: Optional[str]) -> bool:
+    """Pollux/Sia workload CSVs carry no job lengths: jobs run a fixed number of
+    epochs under their application's goodput model (the elastic simulator)."""
+    from optsched.traces.io import detect_format
+
+    return (fmt or detect_format(trace)) == "pollux"
+
+
+def _simulate_elastic(trace: Path, policy: str, cluster: Optional[str], servers: Optional[str],
+                      out: Optional[Path], as_json: bool) -> None:
+    from optsched.goodput.profiles import SIA_GPU_TYPES, pollux_applications, sia_applications
+    from optsched.model import OptschedError
+    from optsched.sim.elastic import ElasticSimulator, read_workload, summarize
+    from optsched.sim.jobs import parse_cluster
+
+    if cluster is None and servers is None:
+        servers = "16x4"  # the Pollux artifact's cluster
+    cl = parse_cluster(cluster, servers)
+    shape: dict[str, tuple[int, int]] = {}
+    for t, count in cl.gpus.items():
+        per = max((s.gpus for s in cl.servers or [] if s.gpu_type == t), default=SIA_GPU_TYPES.get(t, 4))
+        shape[t] = (count // per, per)
+    if set(shape) <= set(SIA_GPU_TYPES):
+        apps = sia_applications(gpu_types=tuple(shape))
+    elif len(shape) == 1:
+        apps = pollux_applications(gpu_type=next(iter(shape)))
+    else:
+        raise OptschedError(f"--cluster: elastic workloads run on one GPU type or on Sia's types ({', '.join(SIA_GPU_TYPES)})")
+    sim = ElasticSimulator(read_workload(trace), apps, shape, policy,
+                           restart_seconds="application" if len(shape) > 1 else 30.0)
+    if not as_json:
+        err_console.print(f"elastic simulation of {trace.name} with {policy} on {shape} (servers, GPUs/server) ...")
+    jobs = sim.run()
+    summary = summarize(jobs)
+    summary["solver_seconds"] = float(sum(sim.solve_seconds))
+    summary["fit_seconds"] = float(sum(sim.fit_seconds))
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        jobs.to_csv(out / "jobs.csv", index=False)
+        jobs.to_parquet(out / "jobs.parquet", index=False)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    t = Table(title=f"{len(jobs)} elastic jobs from {trace.name}", show_edge=False, header_style="bold")
+    t.add_column("metric")
+    t.add_column(policy, justify="right")
+    for key in ("jobs", "finished"):
+        t.add_row(key, f"{summary[key]}")
+    for key in ("avg_jct", "p99_jct", "makespan"):
+        t.add_row(key.replace("_", " "), f"{summary[key]:,.0f} s ({summary[key] / 3600:.2f} h)")
+    t.add_row("solver / refit time", f"{summary['solver_seconds']:.1f} s / {summary['fit_seconds']:.1f} s")
+    console.print(t)
+
+
 COMMON = dict(
     fmt=typer.Option(None, "--format", help="gavel | tiresias | pollux | philly (detected from the file if omitted)."),
     cluster=typer.Option(None, "--cluster", help="GPUs per type, e.g. v100=36,p100=36,k80=36 (the default)."),
@@ -176,6 +231,8 @@ def simulate(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Simulate a policy on a trace: progress bar, summary table, optional CSV/Parquet/PNG output."""
+    if trace is not None and _is_workload(trace, fmt):
+        return _simulate_elastic(trace, policy, cluster, servers, out, as_json)
     tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed)
     r = _run(tr, cl, table, policy, quiet or as_json, round_length=round_length, seed=seed,
              min_recompute_interval=min_recompute_interval, recompute_every=recompute_every,
