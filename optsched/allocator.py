@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from optsched.model import Allocation, Cluster, GpuSlot, Instance, OptschedError, Snapshot
-from optsched.placement import DEFAULT_GPUS_PER_SERVER, PLACEMENT_POLICIES, Layout, place
+from optsched.placement import DEFAULT_GPUS_PER_SERVER, PLACEMENT_POLICIES, Layout, place, place_greedy_fast
 
 PRIOR_ROUNDS = 0.5  # Gavel: every job starts a period with half a round received on every type
 NEVER_RUN = 1e9  # Gavel's X·1e9 for a zero fraction (not inf, so 2x stays larger); here: never ran
@@ -121,6 +121,18 @@ class _PairState:
     ran: bool = False
 
 
+@dataclass(frozen=True)
+class _JobsView:
+    """What the round needs from an Instance, in the allocator's columns."""
+
+    inst: Instance
+    key: tuple  # (job ids, gpu types, throughput shape/dtype, scale factor dtype, their bytes)
+    ids: tuple[str, ...]
+    sf: np.ndarray  # (n,) int64
+    sfl: list[int]
+    usable: np.ndarray  # (n, k) bool: positive throughput and enough GPUs of the type
+
+
 class Allocator:
     """Round-based mechanism + placement. Holds, per job, the rounds received
     per type since the last allocation reset and the current placement.
@@ -171,6 +183,10 @@ class Allocator:
                 raise OptschedError(f"type_order: must list each GPU type once ({', '.join(cluster.gpus)})")
             self._walk = [self._col[t] for t in type_order]
             self._shuffle = False
+        self._walk_pos = np.empty(len(self.gpu_types), dtype=np.int64)  # column -> its place in the walk
+        self._walk_pos[self._walk] = np.arange(len(self._walk))
+        self._layouts = [self.layout.types[t] for t in self.gpu_types]  # per column
+        self._slots = [tl.slots for tl in self._layouts]
         k = len(self.gpu_types)
         self._row: dict[str, int] = {}
         self._rows_version = 0  # bumped whenever rows are added, removed or moved
@@ -189,6 +205,9 @@ class Allocator:
         # (its own id, or the sorted pair of ids).
         self._gpus: dict[str, dict[int, np.ndarray]] = {}
         self._unit: dict[str, str | tuple[str, str]] = {}
+        # The slots of each job in the last Placement (the tuple for _gpus[j] as
+        # it is; reused while the job keeps its GPUs).
+        self._assignments: dict[str, tuple[GpuSlot, ...]] = {}
         self._last_credit: dict[tuple[str | tuple[str, str], int], float] = {}
         self._allocation: Allocation | None = None
         self._adopt_first = False  # loaded state without prior_allocation: continue its period
@@ -274,6 +293,7 @@ class Allocator:
         for j in gpus:
             self._running[self._row[j]] = True
         self._gpus, self._unit = gpus, unit
+        self._assignments = {}
         self._allocation = None
         self._adopt_first = bool(received or gpus) and not prior
 
@@ -344,6 +364,7 @@ class Allocator:
                 self._rows_version += 1
             self._gpus.pop(j, None)
             self._unit.pop(j, None)
+            self._assignments.pop(j, None)
             self._removed.add(j)
         for key in [p for p in self._pairs if gone & set(p)]:
             del self._pairs[key]

@@ -102,14 +102,20 @@ def _print_solution(snap, out: dict) -> None:
     table.add_column("steps/s", justify="right")
     table.add_column("vs equal", justify="right")
     bottleneck = set(ex.get("bottleneck_jobs", []))
+    counts = out.get("gpu_counts")  # configuration policies: GPUs per type, not time fractions
     for job in snap.jobs:
         fr = out["allocation"].get(job.id, {})
+        cells = (
+            [f"{counts[job.id][t]} GPU" + ("s" if counts[job.id][t] > 1 else "") if counts.get(job.id, {}).get(t) else "·" for t in types]
+            if counts is not None
+            else [f"{fr[t]:.3f}" if fr.get(t) else "·" for t in types]
+        )
         mark = " [yellow]*[/]" if job.id in bottleneck else ""
         table.add_row(
             job.id + mark,
             job.model,
             str(job.scale_factor),
-            *[f"{fr[t]:.3f}" if fr.get(t) else "·" for t in types],
+            *cells,
             f"{out['effective_throughput'][job.id]:.3g}",
             f"{ex['share_vs_equal'].get(job.id, 0.0):.2f}×",
         )
