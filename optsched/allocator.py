@@ -208,6 +208,7 @@ class Allocator:
         # The slots of each job in the last Placement (the tuple for _gpus[j] as
         # it is; reused while the job keeps its GPUs).
         self._assignments: dict[str, tuple[GpuSlot, ...]] = {}
+        self._x_in_place: tuple = (None, None)  # (X, rows) last written to _x and _deficit by _commit
         self._last_credit: dict[tuple[str | tuple[str, str], int], float] = {}
         self._allocation: Allocation | None = None
         self._adopt_first = False  # loaded state without prior_allocation: continue its period
@@ -294,6 +295,7 @@ class Allocator:
             self._running[self._row[j]] = True
         self._gpus, self._unit = gpus, unit
         self._assignments = {}
+        self._x_in_place = (None, None)
         self._allocation = None
         self._adopt_first = bool(received or gpus) and not prior
 
@@ -427,8 +429,12 @@ class Allocator:
 
         # Placement, type by type. A unit keeps its previous GPUs (lease) when
         # it ran on the type last round as the same unit with the same width.
-        unit_keys: list[list] = [[] for _ in range(k)]
-        held: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]  # per job: (column, GPU numbers)
+        solo_m: list[int] = []  # one-job units: job, column
+        solo_c: list[int] = []
+        pair_units: list = []  # (key, column, members)
+        last_credit: dict = {}  # (unit key, column) -> rounds credited; record() corrects it
+        held_c, held_g = [-1] * n, [None] * n  # per job: its column and GPU numbers this round
+        split: dict[int, dict[int, np.ndarray]] = {}  # jobs on several types: column -> GPU numbers
         key_of: list = [None] * n
         limit = self.placement_time_limit / max(1, sum(1 for u in units if u))
         prev_unit, prev_gpus = self._unit, self._gpus
@@ -438,12 +444,16 @@ class Allocator:
             if not us:
                 continue
             tl = self._layouts[c]
-            keys = unit_keys[c] = [ids[mem[0]] if len(mem) == 1 else _pair_key(ids[mem[0]], ids[mem[1]]) for mem, _ in us]
-            prev = []
-            for key in keys:
-                first = key[0] if type(key) is tuple else key
+            keys, prev, widths = [], [], []
+            for mem, w in us:
+                if len(mem) == 1:
+                    key = first = ids[mem[0]]
+                else:
+                    key = _pair_key(ids[mem[0]], ids[mem[1]])
+                    first = key[0]
+                keys.append(key)
+                widths.append(w)
                 prev.append(prev_gpus[first].get(c) if prev_unit.get(first) == key else None)
-            widths = [w for _, w in us]
             gs = place_greedy_fast(tl, widths, prev, consolidate) if greedy else None
             if gs is None:  # a wide unit to place, overlapping leases, or CP-SAT
                 res = place(tl, np.array(widths, dtype=np.int64), prev, self.placement, limit, self.seed, score=False)
@@ -451,9 +461,16 @@ class Allocator:
                 if res.note:
                     notes.append(f"{tl.gpu_type}: {res.note}")
             for (mem, _), key, g in zip(us, keys, gs):
+                last_credit[(key, c)] = 1.0
+                if len(mem) == 1:
+                    solo_m.append(mem[0])
+                    solo_c.append(c)
+                else:
+                    pair_units.append((key, c, mem))
                 for m in mem:
-                    held[m].append((c, g))
-                    key_of[m] = key
+                    if held_c[m] >= 0:  # a configuration policy put the job on several types
+                        split.setdefault(m, {held_c[m]: held_g[m]})[c] = g
+                    held_c[m], held_g[m], key_of[m] = c, g, key
 
         # The round's result, job by job in the order of ``jobs``. A job that
         # kept its GPUs keeps its GPU dict and slot tuple from last round.
@@ -462,26 +479,27 @@ class Allocator:
         gpus_now: dict[str, dict[int, np.ndarray]] = {}
         unit_now: dict[str, str | tuple[str, str]] = {}
         assignments: dict[str, tuple[GpuSlot, ...]] = {}
-        started, preempted, continued, migrated = [], [], [], []
+        started, preempted, continued, migrated, ran = [], [], [], [], []
         was_l = was.tolist()
         for m, j in enumerate(ids):
-            h = held[m]
-            if not h:
+            c = held_c[m]
+            if c < 0:
                 if was_l[m]:
                     preempted.append(j)
                 continue
             old = prev_gpus.get(j)
-            if len(h) == 1:
-                c, g = h[0]
+            if m not in split:
+                g = held_g[m]
                 a = prev_assign.get(j)
                 if old is not None and a is not None and len(old) == 1 and old.get(c) is g:
                     per = old
                 else:
                     per = {c: g}
                     a = tuple(map(slots[c].__getitem__, g.tolist()))
-            else:  # a configuration policy split the job over types
-                per = dict(h)
+            else:
+                per = split[m]
                 a = tuple(slots[c][i] for c, g in sorted(per.items()) for i in g.tolist())
+            ran.append(m)
             gpus_now[j] = per
             assignments[j] = a
             unit_now[j] = key_of[m]
@@ -500,8 +518,8 @@ class Allocator:
             note="; ".join(notes),
             round=self._round,
         )
-        self._commit(ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, unit_keys,
-                     gpus_now, unit_now, assignments, allocation)
+        self._commit(ids, rows, all_known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, (solo_m, solo_c),
+                     pair_units, ran, gpus_now, unit_now, assignments, last_credit, allocation)
         return result
 
     # ------------------------------------------------------------------
@@ -556,17 +574,19 @@ class Allocator:
             keys += [pos[col], k_pri < 1.0]
         order = np.lexsort(keys)
         sched = [False] * n
+        unscheduled = n
         left = self._capacity.tolist()
         total = sum(left)
         for e, c in zip(ent[order].tolist(), col[order].tolist()):
-            if total == 0:
-                break
+            if total == 0 or unscheduled == 0:
+                break  # the rest of the queue can only be skipped
             if left[c] == 0:
                 continue
             if e < n:
                 if sched[e] or sfl[e] > left[c]:
                     continue
                 sched[e] = True
+                unscheduled -= 1
                 w = sfl[e]
                 units[c].append(((e,), w))
             else:
@@ -574,37 +594,37 @@ class Allocator:
                 if sched[a] or sched[b] or sfl[a] > left[c]:
                     continue
                 sched[a] = sched[b] = True
+                unscheduled -= 2
                 w = sfl[a]
                 units[c].append(((a, b), w))
             left[c] -= w
             total -= w
-        if not self.work_conserving or total == 0 or all(sched):
+        if not self.work_conserving or total == 0 or unscheduled == 0:
             return
         # Work conservation: idle GPUs to jobs not yet running, least served first.
         # Jobs already running on the type go first (no needless preemption or
-        # move to another type), then the least served.
-        waiting = ~np.array(sched, dtype=bool)
-        if not usable[waiting].any():
-            return
-        served = rec.sum(axis=1) / np.maximum(pres, 1.0)
-        was_on = np.zeros((n, len(self.gpu_types)), dtype=bool)
-        for m in np.flatnonzero(waiting).tolist():
-            per = self._gpus.get(ids[m])
-            if per:
-                was_on[m, list(per)] = True
+        # move to another type), then the least served, then the tie-break.
+        # Few jobs wait here (mostly arrivals the allocation does not cover
+        # yet), so the candidates are sorted in Python.
+        waiting = [m for m in range(n) if not sched[m]]
+        can_use = usable[waiting].tolist()
+        served = (rec.sum(axis=1) / np.maximum(pres, 1.0))[waiting].tolist()
+        tb = tiebreak[waiting].tolist()
+        was_on = [self._gpus.get(ids[m], ()) for m in waiting]
         for c in walk:
             if left[c] == 0:
                 continue
-            cand = np.flatnonzero(usable[:, c] & waiting & (sf <= left[c]))
-            for e in cand[np.lexsort((tiebreak[cand], served[cand], ~was_on[cand, c]))].tolist():
+            cand = [i for i, m in enumerate(waiting) if can_use[i][c] and not sched[m] and sfl[m] <= left[c]]
+            cand.sort(key=lambda i: (c not in was_on[i], served[i], tb[i]))  # stable: ties keep job order
+            for i in cand:
+                m = waiting[i]
                 if left[c] == 0:
                     break
-                if sched[e] or sfl[e] > left[c]:
+                if sfl[m] > left[c]:
                     continue
-                sched[e] = True
-                waiting[e] = False
-                left[c] -= sfl[e]
-                units[c].append(((e,), sfl[e]))
+                sched[m] = True
+                left[c] -= sfl[m]
+                units[c].append(((m,), sfl[m]))
 
     def _units_from_counts(self, counts: np.ndarray, units) -> None:
         over = counts.sum(axis=0) > self._capacity
@@ -664,11 +684,14 @@ class Allocator:
         unknown = [t for t in inst.gpu_types if t not in self._col]
         if unknown:
             raise OptschedError(f"jobs: unknown GPU type {unknown[0]!r} (cluster has {', '.join(self.gpu_types)})")
-        cols = np.array([self._col[t] for t in inst.gpu_types], dtype=np.int64)
-        Tk = np.zeros((n, k))
-        Tk[:, cols] = T
-        if n and (not np.all(np.isfinite(sf)) or np.any(sf < 1) or np.any(sf != np.round(sf))):
-            m = int(np.flatnonzero(~np.isfinite(sf) | (sf < 1) | (sf != np.round(sf)))[0])
+        if inst.gpu_types == self.gpu_types and T.shape == (n, k):
+            Tk = T  # already in the allocator's columns (only read here)
+        else:
+            Tk = np.zeros((n, k))
+            Tk[:, [self._col[t] for t in inst.gpu_types]] = T
+        whole = np.isfinite(sf) & (sf >= 1) & (sf == np.round(sf))
+        if not whole.all():
+            m = int(np.flatnonzero(~whole)[0])
             raise OptschedError(f"jobs[{m}].scale_factor: job {ids[m]!r} needs a positive whole number of GPUs (got {sf[m]})")
         sfi = sf.astype(np.int64)
         usable = (Tk > 0) & (sfi[:, None] <= self._capacity[None, :])
@@ -697,25 +720,13 @@ class Allocator:
         n, k = len(ids), len(self.gpu_types)
         pos = {j: m for m, j in enumerate(ids)}
         where = np.fromiter((pos.get(j, -1) for j in allocation.job_ids), dtype=np.int64, count=len(allocation.job_ids))
-        missing = np.flatnonzero(where < 0)
-        for a in missing:
-            j = allocation.job_ids[a]
-            if j not in self._row and j not in self._removed:
-                raise OptschedError(f"allocation: job {j!r} (row {a}) is not among the active jobs")
-        acols = []
-        for t in allocation.gpu_types:
-            if t not in self._col:
-                raise OptschedError(f"allocation: unknown GPU type {t!r} (cluster has {', '.join(self.gpu_types)})")
-            acols.append(self._col[t])
-        acols = np.array(acols, dtype=np.int64)
-        F = np.asarray(allocation.fractions, dtype=float)
-        if F.shape != (len(allocation.job_ids), len(allocation.gpu_types)):
-            raise OptschedError(f"allocation.fractions: shape {F.shape} does not match its job_ids × gpu_types")
-        bad = ~np.isfinite(F) | (F < 0)
-        if bad.any():
-            a = int(np.argwhere(bad)[0][0])
-            raise OptschedError(f"allocation.fractions[{a}]: job {allocation.job_ids[a]!r} has a negative or non-finite fraction")
         ok = where >= 0
+        if not ok.all():
+            for a in np.flatnonzero(~ok):
+                j = allocation.job_ids[a]
+                if j not in self._row and j not in self._removed:
+                    raise OptschedError(f"allocation: job {j!r} (row {a}) is not among the active jobs")
+        acols, F, counts_error = self._checked_allocation(allocation)
         X = np.zeros((n, k))
         X[np.ix_(where[ok], acols)] = F[ok]
         pairs = []
@@ -732,17 +743,47 @@ class Allocator:
                     pairs.append((int(where[a]), int(where[b]), xp))
         counts = None
         if allocation.gpu_counts is not None:
-            G = np.asarray(allocation.gpu_counts)
-            if G.shape != F.shape or np.any(G < 0) or np.any(G != np.round(G)):
-                raise OptschedError("allocation.gpu_counts: must be whole non-negative numbers shaped like fractions")
+            if counts_error:
+                raise OptschedError(counts_error)
             counts = np.zeros((n, k), dtype=np.int64)
-            counts[np.ix_(where[ok], acols)] = G[ok].astype(np.int64)
+            counts[np.ix_(where[ok], acols)] = np.asarray(allocation.gpu_counts)[ok].astype(np.int64)
         notes = []
-        if (X > 0).any() and (X[~view.usable] > 0).any():
+        outside = X[~view.usable]
+        if outside.size and (outside > 0).any():
             notes.append("allocation gives time on types some jobs cannot use; ignored")
-        X = np.where(view.usable, X, 0.0)
+            X = np.where(view.usable, X, 0.0)
         out = (X, pairs, counts, tuple(notes))
         self._cache["allocation"] = (allocation, view, out)
+        return out
+
+    def _checked_allocation(self, allocation: Allocation):
+        """The allocation's columns and fractions, validated, and what is wrong
+        with its GPU counts ("" if nothing; raised after the pair checks, in
+        the order the checks always ran). Cached per allocation object: the
+        job set changes more often than the allocation."""
+        hit = self._cache.get("checked")
+        if hit is not None and hit[0] is allocation:
+            return hit[1]
+        acols = []
+        for t in allocation.gpu_types:
+            if t not in self._col:
+                raise OptschedError(f"allocation: unknown GPU type {t!r} (cluster has {', '.join(self.gpu_types)})")
+            acols.append(self._col[t])
+        acols = np.array(acols, dtype=np.int64)
+        F = np.asarray(allocation.fractions, dtype=float)
+        if F.shape != (len(allocation.job_ids), len(allocation.gpu_types)):
+            raise OptschedError(f"allocation.fractions: shape {F.shape} does not match its job_ids × gpu_types")
+        bad = ~np.isfinite(F) | (F < 0)
+        if bad.any():
+            a = int(np.argwhere(bad)[0][0])
+            raise OptschedError(f"allocation.fractions[{a}]: job {allocation.job_ids[a]!r} has a negative or non-finite fraction")
+        counts_error = ""
+        if allocation.gpu_counts is not None:
+            G = np.asarray(allocation.gpu_counts)
+            if G.shape != F.shape or np.any(G < 0) or np.any(G != np.round(G)):
+                counts_error = "allocation.gpu_counts: must be whole non-negative numbers shaped like fractions"
+        out = (acols, F, counts_error)
+        self._cache["checked"] = (allocation, out)
         return out
 
     def _is_reset(self, allocation, ids, rows, known, X, pairs) -> bool:
@@ -783,42 +824,39 @@ class Allocator:
             out[key] = _PairState(np.full(len(ps.received), pr), pr, pr, d, np.zeros_like(ps.x), ps.ran)
         return out
 
-    def _commit(self, ids, rows, known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, units, unit_keys,
-                gpus_now, unit_now, assignments, allocation):
+    def _commit(self, ids, rows, all_known, X, rec, pres, deficit, tiebreak, full, pair_state, pairs, solo, pair_units,
+                ran, gpus_now, unit_now, assignments, last_credit, allocation):
+        """Apply the round: one round received per unit scheduled (``solo``:
+        (jobs, columns) of one-job units; ``pair_units``: (key, column, members)),
+        one round present per job, X in force; ``ran``: the jobs that run."""
         k = len(self.gpu_types)
         if full is not None:
             self._received, self._present, self._prior = full["received"], full["present"], full["prior"]
             self._deficit, self._x = full["deficit"], full["x"]
             self._pairs = pair_state
-        new = [ids[m] for m in np.flatnonzero(~known)]
-        if new:
-            self._append_rows(new)
+        if not all_known:
+            known = rows >= 0
+            self._append_rows([ids[m] for m in np.flatnonzero(~known)])
             rows = np.fromiter((self._row[j] for j in ids), dtype=np.int64, count=len(ids))
             self._tiebreak[rows] = tiebreak
             self._prior[rows[~known]] = PRIOR_ROUNDS
-        # Credit one round per unit scheduled.
-        solo_m: list[int] = []
-        solo_c: list[int] = []
-        self._last_credit = {}
-        for c, us in enumerate(units):
-            for (mem, _), key in zip(us, unit_keys[c]):
-                self._last_credit[(key, c)] = 1.0
-                if len(mem) == 1:
-                    solo_m.append(mem[0])
-                    solo_c.append(c)
-                else:
-                    ps = self._pairs.get(key)
-                    if ps is None:
-                        ps = self._pairs[key] = _PairState(np.full(k, PRIOR_ROUNDS), deficit=np.zeros(k), x=np.zeros(k))
-                    ps.received[c] += 1.0
-                    ps.ran = True
-                    self._ever[rows[list(mem)]] = True
-        rec[solo_m, solo_c] += 1.0  # rec is this round's copy (fancy indexing), free to update
+        for key, c, mem in pair_units:
+            ps = self._pairs.get(key)
+            if ps is None:
+                ps = self._pairs[key] = _PairState(np.full(k, PRIOR_ROUNDS), deficit=np.zeros(k), x=np.zeros(k))
+            ps.received[c] += 1.0
+            ps.ran = True
+        rec[solo] += 1.0  # rec is this round's copy (fancy indexing), free to update
         self._received[rows] = rec
         self._present[rows] = pres + 1.0
-        self._deficit[rows] = deficit
-        self._x[rows] = X
-        self._ever[rows[solo_m]] = True
+        # X and deficits change only at a reset, on new rows, or with a new X;
+        # otherwise they are already in place (skip two scatters).
+        if full is not None or self._x_in_place[0] is not X or self._x_in_place[1] is not rows:
+            self._deficit[rows] = deficit
+            self._x[rows] = X
+            self._x_in_place = (X, rows)
+        ran_rows = rows[ran]
+        self._ever[ran_rows] = True
         # Pair bookkeeping: X in force and presence.
         for a, b, xp in pairs:
             key = _pair_key(ids[a], ids[b])
@@ -828,8 +866,9 @@ class Allocator:
             ps.x = xp
             ps.present += 1.0
         self._running[:] = False
-        self._running[rows[[m for m, j in enumerate(ids) if j in gpus_now]]] = True
+        self._running[ran_rows] = True
         self._gpus, self._unit, self._assignments = gpus_now, unit_now, assignments
+        self._last_credit = last_credit
         self._allocation = allocation
         self._adopt_first = False
         self._round += 1

@@ -245,6 +245,33 @@ def test_continuing_jobs_are_never_migrated_when_nothing_changes(placement):
         assert migrated / continuing < 0.05
 
 
+def test_a_fresh_instance_each_round_gives_the_same_rounds_and_content_changes_count():
+    """The allocator caches what it derives from the jobs while their content
+    is unchanged: a new but equal Instance every round (the simulator's way)
+    gives the rounds one reused Instance gives; a changed throughput or scale
+    factor under the same job ids is seen at once."""
+    rng = np.random.default_rng(11)
+    inst = random_instance(rng, 40, 3)
+    cluster = random_cluster(rng, inst)
+    alloc = solve_instance(inst, "max_min_fairness")
+    reused, fresh = Allocator(cluster), Allocator(cluster)
+    for _ in range(20):
+        p, q = reused.next_round(inst, alloc), fresh.next_round(subset(inst, np.ones(inst.n, bool)), alloc)
+        assert (p.assignments, p.started, p.preempted, p.continued, p.migrated) == (
+            q.assignments, q.started, q.preempted, q.continued, q.migrated)
+    assert reused.state() == fresh.state()
+    # Job 0 can no longer run on any type but the last: it must not be placed elsewhere.
+    T = inst.throughput.copy()
+    T[0, :-1] = 0.0
+    T[0, -1] = max(T[0, -1], 1.0)
+    changed = Instance(**{**inst.__dict__, "throughput": T, "scale_factor": np.ones(inst.n)})
+    for _ in range(5):
+        p = fresh.next_round(changed, alloc)
+        if inst.job_ids[0] in p.assignments:
+            assert p.gpu_type(inst.job_ids[0]) == inst.gpu_types[-1]
+        assert all(len(slots) == 1 for slots in p.assignments.values())
+
+
 def test_state_survives_an_allocation_change_for_surviving_jobs():
     rng = np.random.default_rng(3)
     inst = random_instance(rng, 30, 3)

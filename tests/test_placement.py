@@ -69,6 +69,34 @@ def test_greedy_keeps_every_continuing_unit_on_its_gpus(seed, policy):
     assert res.migrations == 0
 
 
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), policy=st.sampled_from(["consolidated", "first_fit"]), singles=st.booleans())
+def test_fast_greedy_path_equals_place(seed, policy, singles):
+    """place_greedy_fast (the allocator's hot path) gives exactly place()'s
+    GPUs whenever it answers, and declines only for a wide unit without a
+    valid lease or overlapping leases."""
+    rng = np.random.default_rng(seed)
+    layout, widths, previous = random_case(rng, max_servers=10)
+    if singles:  # the common round: leases plus one-GPU newcomers
+        widths = np.array([w if p is not None else 1 for w, p in zip(widths, previous)], dtype=np.int64)
+    if len(widths) > 1 and rng.random() < 0.2:  # a stale overlap (a split pair), or a width change
+        u, v = rng.choice(len(widths), 2, replace=False)
+        previous[u] = previous[v] if rng.random() < 0.5 else previous[u]
+    fast = placement.place_greedy_fast(layout, widths.tolist(), previous, policy == "consolidated")
+    valid = [p if p is not None and len(p) == w else None for p, w in zip(previous, widths.tolist())]
+    held = [g for p in valid if p is not None for g in p.tolist()]
+    wide_new = any(p is None and w > 1 for p, w in zip(valid, widths.tolist()))
+    if fast is None:
+        assert wide_new or len(set(held)) < len(held)
+        return
+    assert not wide_new and len(set(held)) == len(held)
+    ref = place(layout, widths, previous, policy)
+    assert [g.tolist() for g in fast] == [g.tolist() for g in ref.gpus]
+    for g, p in zip(fast, valid):
+        if p is not None:
+            assert g is p  # a kept lease is the same array: the allocator reuses what it built from it
+
+
 def test_consolidated_puts_a_job_on_one_server_when_one_fits():
     layout = one_type_layout([4, 4, 4])
     # A 1-GPU job sits on server 0 (lease); a 4-GPU job must take a whole free server.
