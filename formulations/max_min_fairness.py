@@ -66,12 +66,10 @@ def build_lp(inst: Instance, agnostic: bool = False, packing: bool = False, **_)
         0 <= X[m, j] <= 1[job m can run on type j],   z free.
 
     A_ub is written column by column straight into CSC arrays: scipy's
-    constructors and vstack cost ~0.5 ms per call on these ≤ 30-row LPs, ten
-    times the solve's share of a simulated round.
+    constructors and vstack cost ~0.5 ms per call on these ≤ 30-row LPs, more
+    than the solve itself.
     """
-    import scipy.sparse as sp
-
-    from optsched.solvers.lp import MatrixProgram
+    from optsched.solvers.lp import CscArrays, MatrixProgram
 
     if packing:
         raise NotImplementedError("build_lp: packing has no matrix form yet; use build()")
@@ -95,7 +93,7 @@ def build_lp(inst: Instance, agnostic: bool = False, packing: bool = False, **_)
     c[-1] = -1.0
     return MatrixProgram(
         c=c,
-        A_ub=sp.csc_matrix((data, indices, indptr), shape=(2 * n + k, nk + 1)),
+        A_ub=CscArrays(indptr, indices, data, 2 * n + k),
         b_ub=np.concatenate([np.zeros(n), np.ones(n), inst.capacity]),
         lb=np.concatenate([np.zeros(nk), [-np.inf]]),
         ub=np.concatenate([inst.available.astype(float).reshape(-1), [np.inf]]),

@@ -22,17 +22,19 @@ Backends:
 Duals are returned for the inequality rows (>= 0, the price of relaxing a
 ``<=`` row by one unit in a *minimization*) and the equality rows.
 
-The constraint blocks are stacked column-wise with numpy (``_Columns``), not
-scipy.sparse.vstack: on the simulator's ≤ 30-row LPs scipy's format checks cost
-more than the solve. The stacked matrix is exactly the one scipy would build
-(same entries, same order, explicit zeros kept), so the backends see the same
-input.
+Constraint blocks are scipy.sparse matrices (or dense arrays), or ``CscArrays``:
+bare CSC arrays a formulation on the simulator's hot path builds directly. They
+are stacked with numpy, not scipy.sparse.vstack: on the simulator's ≤ 30-row
+LPs scipy's constructors and format checks cost more than the solve. The
+stacked matrix is exactly the one scipy would build (same entries, same order,
+explicit zeros kept), so the backends see the same input.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -54,11 +56,21 @@ class LPSolution:
     message: str = ""
 
 
+class CscArrays(NamedTuple):
+    """A sparse matrix as bare CSC arrays: ``indptr`` (n_cols + 1), row
+    ``indices`` sorted and without repeats within each column, ``data``."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    n_rows: int
+
+
 def solve_lp(
     c: np.ndarray,
-    A_ub: sp.spmatrix | None = None,
+    A_ub: "sp.spmatrix | CscArrays | None" = None,
     b_ub: np.ndarray | None = None,
-    A_eq: sp.spmatrix | None = None,
+    A_eq: "sp.spmatrix | CscArrays | None" = None,
     b_eq: np.ndarray | None = None,
     lb: np.ndarray | float = 0.0,
     ub: np.ndarray | float = np.inf,
@@ -163,8 +175,7 @@ def _clarabel(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit):
     settings = clarabel.DefaultSettings()
     settings.verbose = False
     settings.time_limit = float(time_limit)
-    no_quadratic = sp.csc_matrix((np.zeros(0), np.zeros(0, np.int32), np.zeros(nv + 1, np.int32)), shape=(nv, nv))
-    solver = clarabel.DefaultSolver(no_quadratic, c, A, b, cones, settings)
+    solver = clarabel.DefaultSolver(_no_quadratic(nv), c, A, b, cones, settings)
     res = solver.solve()
     st = str(res.status)
     if st in ("Solved", "AlmostSolved"):
@@ -175,43 +186,48 @@ def _clarabel(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit):
     return name, None, float("nan"), None, None, f"CLARABEL: {st}"
 
 
-class _Columns(NamedTuple):
-    """A sparse matrix as bare CSC arrays (row indices sorted within each column)."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    data: np.ndarray
-    n_rows: int
+@lru_cache(maxsize=64)
+def _no_quadratic(nv: int) -> sp.csc_matrix:
+    """The all-zero P of an LP (CLARABEL copies it; shared, never modified)."""
+    return sp.csc_matrix((np.zeros(0), np.zeros(0, np.int32), np.zeros(nv + 1, np.int32)), shape=(nv, nv))
 
 
-def _columns(A, nv: int) -> _Columns:
-    """A constraint block (any scipy.sparse format, dense, or None) as CSC arrays."""
+def _columns(A, nv: int) -> CscArrays:
+    """A constraint block (CscArrays, any scipy.sparse format, dense, or None) as CscArrays."""
     if A is None:
-        return _Columns(np.zeros(nv + 1, np.int32), np.zeros(0, np.int32), np.zeros(0), 0)
+        return CscArrays(np.zeros(nv + 1, np.int32), np.zeros(0, np.int32), np.zeros(0), 0)
+    if isinstance(A, CscArrays):
+        return A
     A = A.tocsc() if sp.issparse(A) else sp.csc_matrix(np.asarray(A, dtype=float))
     if not A.has_canonical_format:  # sorted rows, duplicates summed (as a CSR→CSC conversion gives)
         A = A.copy()
         A.sum_duplicates()
-    return _Columns(A.indptr, A.indices, np.asarray(A.data, dtype=float), A.shape[0])
+    return CscArrays(A.indptr, A.indices, np.asarray(A.data, dtype=float), A.shape[0])
 
 
-def _bound_rows(finite: np.ndarray, sign: float) -> _Columns:
+def _bound_rows(finite: np.ndarray, sign: float) -> CscArrays:
     """sign · I restricted to the rows of variables with a finite bound."""
-    count = int(finite.sum())
-    indptr = np.concatenate([[0], np.cumsum(finite)]).astype(np.int32)
-    return _Columns(indptr, np.arange(count, dtype=np.int32), np.full(count, sign), count)
+    indptr = np.zeros(finite.size + 1, np.int32)
+    np.cumsum(finite, out=indptr[1:])
+    count = int(indptr[-1])
+    return CscArrays(indptr, np.arange(count, dtype=np.int32), np.full(count, sign), count)
 
 
-def _stack(blocks: list[_Columns]) -> _Columns:
+def _stack(blocks: list[CscArrays]) -> CscArrays:
     """Row-stack CSC blocks (vertically, in order): each column lists its
     entries of the first block, then of the second, ... — rows stay sorted."""
-    indptr = sum(b.indptr for b in blocks)
-    offsets = np.cumsum([0] + [b.n_rows for b in blocks[:-1]])
-    column = np.concatenate([np.repeat(np.arange(len(b.indptr) - 1), np.diff(b.indptr)) for b in blocks])
-    order = np.argsort(column, kind="stable")  # stable: block order within a column
-    indices = np.concatenate([b.indices + off for b, off in zip(blocks, offsets)])[order]
+    per_column = np.diff(np.stack([b.indptr for b in blocks]), axis=1)  # (blocks, columns) entry counts
+    n_blocks, n_cols = per_column.shape
+    # Concatenated block after block, then a stable sort by column: block order within a column.
+    column = np.repeat(np.tile(np.arange(n_cols), n_blocks), per_column.reshape(-1))
+    order = np.argsort(column, kind="stable")
+    n_rows = [b.n_rows for b in blocks]
+    row_offset = np.repeat(np.cumsum([0] + n_rows[:-1]), per_column.sum(axis=1))
+    indices = (np.concatenate([b.indices for b in blocks]) + row_offset)[order]
     data = np.concatenate([b.data for b in blocks])[order]
-    return _Columns(indptr.astype(np.int32), indices.astype(np.int32), data, int(sum(b.n_rows for b in blocks)))
+    indptr = np.zeros(n_cols + 1, np.int32)
+    np.cumsum(per_column.sum(axis=0), out=indptr[1:])
+    return CscArrays(indptr, indices.astype(np.int32), data, sum(n_rows))
 
 
 @dataclass(frozen=True)
@@ -225,7 +241,7 @@ class MatrixProgram:
     the reported objective."""
 
     c: np.ndarray
-    A_ub: sp.spmatrix
+    A_ub: "sp.spmatrix | CscArrays"
     b_ub: np.ndarray
     lb: np.ndarray
     ub: np.ndarray
@@ -233,7 +249,7 @@ class MatrixProgram:
     capacity_rows: tuple[int, int]
     share: object  # Callable[[np.ndarray], np.ndarray]
     objective: object = lambda v: v  # Callable[[float], float]
-    A_eq: sp.spmatrix | None = None
+    A_eq: "sp.spmatrix | CscArrays | None" = None
     b_eq: np.ndarray | None = None
 
     def solve(self, backend: str = "highs-ipm", time_limit: float = 60.0) -> LPSolution:

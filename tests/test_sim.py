@@ -15,7 +15,7 @@ from optsched.model import OptschedError
 from optsched.policy import solve_instance
 from optsched.sim import simulate
 from optsched.sim.jobs import parse_cluster
-from optsched.sim.policy_step import compute_allocation
+from optsched.sim.policy_step import ClassSolveCache, compute_allocation
 from optsched.traces.generate import generate_gavel
 from optsched.traces.throughputs import default_throughputs
 from optsched.traces.trace import make_trace
@@ -69,6 +69,36 @@ def test_identical_job_classes_keep_the_optimum(seed, policy):
     assert agg.explanation["job_classes"] <= 6
     assert agg.objective == pytest.approx(full.objective, rel=1e-6)
     assert (inst.scale_factor @ agg.fractions <= inst.capacity + 1e-7).all()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_class_solve_cache_gives_the_fresh_solves_allocation(policy):
+    # The same job classes under other job ids and order: served from the cache,
+    # and equal to a fresh solve; a change of capacity is a new solve.
+    rng = np.random.default_rng(7)
+    base = random_instance(rng, 5, multi_gpu=True)
+
+    def jobs(pick, prefix, capacity=base.capacity):
+        return type(base)(
+            job_ids=tuple(f"{prefix}{i}" for i in range(len(pick))), gpu_types=base.gpu_types,
+            throughput=base.throughput[pick], scale_factor=base.scale_factor[pick], weight=base.weight[pick],
+            capacity=capacity, steps_remaining=base.steps_remaining[pick], elapsed_time=base.elapsed_time[pick],
+            attained_service=base.attained_service[pick], arrival_time=base.arrival_time[pick],
+        )
+
+    pick = rng.integers(0, 5, 20)
+    cache = ClassSolveCache()
+    compute_allocation(jobs(pick, "a"), policy, "clarabel-direct", 60.0, True, cache=cache)
+    again = jobs(rng.permutation(pick), "b")
+    hit = compute_allocation(again, policy, "clarabel-direct", 60.0, True, cache=cache)
+    fresh = compute_allocation(again, policy, "clarabel-direct", 60.0, True)
+    assert cache.hits == 1
+    assert hit.job_ids == fresh.job_ids and hit.status == fresh.status and hit.objective == fresh.objective
+    assert np.array_equal(hit.fractions, fresh.fractions)
+    assert np.array_equal(hit.effective_throughput, fresh.effective_throughput)
+    assert hit.explanation == fresh.explanation
+    compute_allocation(jobs(pick, "c", base.capacity + 1), policy, "clarabel-direct", 60.0, True, cache=cache)
+    assert cache.hits == 1
 
 
 # ---------------------------------------------------------------- published numbers / invariants

@@ -84,7 +84,7 @@ def compute_allocation(
                      classes.throughput.tobytes(), classes.scale_factor.tobytes(), classes.weight.tobytes(),
                      classes.capacity.tobytes())
     if cache is not None and cache_key == cache.key:
-        a = cache.allocation
+        a = replace(cache.allocation, solve_seconds=0.0, build_seconds=0.0)  # nothing was solved
         cache.hits += 1
     else:
         a = solve_instance(classes, policy, solver, time_limit, **options)
