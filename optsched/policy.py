@@ -135,7 +135,6 @@ def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
 
 def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: float, **opts) -> Allocation:
     """Build, solve, decode; on solver failure fall back to the equal share scaled to fit."""
-    from optsched.formulations.base import fallback_allocation
     from optsched.solvers import solve as run
 
     t0 = time.perf_counter()
@@ -159,10 +158,7 @@ def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: f
         objective = program.objective(sol.value)
         prices = program.capacity.dual_value if program.capacity is not None else None
     else:
-        X = fallback_allocation(inst)
-        status = f"fallback: {sol.message} (equal share scaled to fit)"
-        objective = float("nan")
-        prices = None
+        X, status, objective, prices = _fallback(inst, sol.message)
     thr = program.effective_throughput(X) if program.effective_throughput else (inst.throughput * X).sum(axis=1)
     share = program.share(X) if program.pairs is None else program.share(X, Y)
     explanation = explain(inst, X, share, prices, objective if sol.ok else None)
@@ -170,19 +166,32 @@ def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: f
     packed = {}
     if program.pairs is not None and Y is not None:
         thr, packed = _packed_result(inst, program.pairs, X, Y, thr, explanation)
+    return _allocation(inst, policy, X, thr, status, objective, explanation, sol.solve_seconds, build_seconds,
+                       solver_seconds=sol.solver_seconds, **packed)
+
+
+def _fallback(inst: Instance, reason: str) -> tuple[np.ndarray, str, float, None]:
+    """(X, status, objective, prices) when the solver failed: the equal share of
+    every usable type, each type's column scaled to fit (always feasible)."""
+    from optsched.formulations.base import fallback_allocation
+
+    return fallback_allocation(inst), f"fallback: {reason} (equal share scaled to fit)", float("nan"), None
+
+
+def _allocation(inst: Instance, policy: str, X, thr, status, objective, explanation, solve_seconds, build_seconds,
+                **extra) -> Allocation:
     return Allocation(
         policy=policy,
         status=status,
         objective=objective,
-        solve_seconds=sol.solve_seconds,
+        solve_seconds=solve_seconds,
         job_ids=inst.job_ids,
         gpu_types=inst.gpu_types,
         fractions=X,
         effective_throughput=thr,
         explanation=explanation,
         build_seconds=build_seconds,
-        solver_seconds=sol.solver_seconds,
-        **packed,
+        **extra,
     )
 
 
@@ -236,8 +245,6 @@ DIRECT_SOLVERS = {"highs-direct": "highs-ipm", "highs-simplex-direct": "highs-si
 
 def solve_matrix_program(inst: Instance, policy: str, build_lp, backend: str, time_limit: float, **opts) -> Allocation:
     """Like solve_program, for a matrix-form LP solved directly by ``backend``."""
-    from optsched.formulations.base import fallback_allocation
-
     t0 = time.perf_counter()
     program = build_lp(inst, **opts)
     build_seconds = time.perf_counter() - t0
@@ -248,21 +255,10 @@ def solve_matrix_program(inst: Instance, policy: str, build_lp, backend: str, ti
         status, objective = sol.status, program.objective(sol.value)
         prices = sol.dual_ub[program.capacity_rows[0] : program.capacity_rows[1]]
     else:
-        X = fallback_allocation(inst)
-        status, objective, prices = f"fallback: {sol.message} (equal share scaled to fit)", float("nan"), None
+        X, status, objective, prices = _fallback(inst, sol.message)
     explanation = explain(inst, X, program.share(X), prices, objective if sol.ok else None)
-    return Allocation(
-        policy=policy,
-        status=status,
-        objective=objective,
-        solve_seconds=sol.solve_seconds,
-        job_ids=inst.job_ids,
-        gpu_types=inst.gpu_types,
-        fractions=X,
-        effective_throughput=(inst.throughput * X).sum(axis=1),
-        explanation=explanation,
-        build_seconds=build_seconds,
-    )
+    thr = (inst.throughput * X).sum(axis=1)
+    return _allocation(inst, policy, X, thr, status, objective, explanation, sol.solve_seconds, build_seconds)
 
 
 def clean_fractions(X: np.ndarray, inst: Instance) -> np.ndarray:
