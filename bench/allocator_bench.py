@@ -24,7 +24,7 @@ from optsched.placement import Layout, place
 from optsched.policy import solve_instance
 
 TYPES = ("k80", "p100", "v100")
-console = Console()
+console = Console(width=160)
 
 
 def jobs(n: int, gpus: int, rng: np.random.Generator) -> Instance:

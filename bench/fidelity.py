@@ -78,7 +78,7 @@ def gavel(rates=(2.0, 2.6, 3.0), seed: int = 0, n_jobs: int = 5000) -> list[dict
                       f"{GAVEL_SECONDS_PER_POINT / wall:.0f}× faster")
             rows.append({"rate": rate, "policy": p, "window_avg_jct_h": s["window_avg_jct"] / 3600, "published_h": pj,
                          "wall_s": wall, "solver_s": s["solver_seconds"], "recomputations": s["recomputations"]})
-    Console().print(t)
+    Console(width=160).print(t)
     return rows
 
 
@@ -101,8 +101,8 @@ def tiresias() -> dict:
             s = r.summary
             t.add_row(policy, f"{rl:g}", f"{s['avg_jct']:.1f}", "178.4", f"{r.jobs['responsiveness'].max():.1f}", f"{wall:.2f}")
             rows.append({"policy": policy, "round_length": rl, "avg_jct": s["avg_jct"]})
-    Console().print(t)
-    Console().print("With round length ≤ 1 s the JCT equals each job's duration (no queueing); longer rounds "
+    Console(width=160).print(t)
+    Console(width=160).print("With round length ≤ 1 s the JCT equals each job's duration (no queueing); longer rounds "
                     "add up to one round of waiting for arrivals and round-granular completions.")
     return {"rows": rows}
 

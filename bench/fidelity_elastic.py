@@ -68,10 +68,10 @@ def pollux(workloads: str = "", policies=("pollux", "tiresias", "fifo")) -> dict
         ours = float(np.mean(res[p]))
         pub = POLLUX_PUBLISHED.get(p)
         t.add_row(p, f"{ours:,.0f}", f"{pub:,.0f}" if pub else "-", f"{ours / pub:.2f}" if pub else "-", f"{wall[p]:.0f}")
-    Console().print(t)
+    Console(width=160).print(t)
     if "pollux" in res and "tiresias" in res:
         ours = np.mean(res["tiresias"]) / np.mean(res["pollux"])
-        Console().print(f"Tiresias/Pollux JCT ratio: ours {ours:.2f}, published {4038 / 2751:.2f}")
+        Console(width=160).print(f"Tiresias/Pollux JCT ratio: ours {ours:.2f}, published {4038 / 2751:.2f}")
     return {p: res[p] for p in policies}
 
 
@@ -102,7 +102,7 @@ def sia(workloads: str = "", policies=("sia", "pollux", "max_min_fairness")) -> 
         mk = np.mean([r["makespan"] for r in res[p]]) / 3600
         pub = SIA_PUBLISHED[p]
         t.add_row(p, f"{avg:.2f}", f"{pub[0]}", f"{p99:.1f}", f"{pub[1]}", f"{mk:.1f}", f"{pub[2]}", f"{wall[p]:.0f}")
-    Console().print(t)
+    Console(width=160).print(t)
     return res
 
 

@@ -61,7 +61,7 @@ def main() -> None:
     table.add_row(f"JAX BFGS (jitted, buckets {buckets}; compile {compile_s:.1f} s once)",
                   f"{np.median(rounds):.2f}", f"{np.median(rounds) / a.jobs * 1e3:.2f}")
     table.add_row(f"scipy least_squares reference (sample of {a.reference_sample})", f"{ref * a.jobs:.2f}", f"{ref * 1e3:.2f}")
-    Console().print(table)
+    Console(width=160).print(table)
 
 
 if __name__ == "__main__":

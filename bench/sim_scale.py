@@ -66,7 +66,7 @@ def main(argv=None) -> None:
         ("utilization", ", ".join(f"{k} {v:.0%}" for k, v in s["utilization"].items())),
     ):
         t.add_row(k, v)
-    Console().print(t)
+    Console(width=160).print(t)
 
 
 if __name__ == "__main__":
