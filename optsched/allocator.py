@@ -24,7 +24,16 @@ this round and units wider than the GPUs left on the type. Queue disciplines
   per_type on contended clusters (0.005 vs 0.004, bench/allocator_bench.py);
   on six single-GPU instances whose X leaves GPUs idle, worst gap 0.33 vs 0.58
   (per_type) and 0.58 (global);
-- ``"global"``: one queue across types (Gavel's ``enable_global_queue``).
+- ``"global"``: one queue across types (Gavel's ``enable_global_queue``);
+- ``"gavel"``: Gavel's code as it is, for reproducing its numbers: the
+  per-type walk also takes entries of priority 0 (X = 0 on that type, positive
+  throughput) once the positive ones are served, so there is no separate idle
+  pass (``work_conserving`` is ignored); priority = X·present/received without
+  the never-run boost (Gavel's prior keeps the fraction positive); exact ties
+  go to the earlier job (the order of ``jobs``); and a job the allocation does
+  not cover (arrived since it was computed) waits for the next allocation
+  while still holding the GPUs its queue entry took (Gavel's scheduler counts
+  it in the round, then skips it when assigning workers).
 
 The type order is the order of ``cluster.gpus`` (``type_order="shuffle"``:
 a seeded permutation per round, as Gavel's code does for most policies; or an
@@ -47,6 +56,12 @@ busy time since the reset, which lets a late arrival catch up for rounds before
 it existed); idle GPUs are filled in a second pass after every type's
 positive-priority walk (Gavel's single walk can put a job on a type where its X
 is 0 before the walk reaches the type it was allocated).
+``queue="gavel"`` gives Gavel's walk back for reproducing its numbers
+(bench/fidelity.py). The remaining differences do not change the order within
+a type there: the jobs that run all started the period at the same reset, so
+dividing by rounds present or by the type's busy time scales every priority on
+a type alike; resetting at every recomputation instead of only when X changes
+measured no difference on the Gavel run (17.09 h / 23.84 h either way).
 
 Configuration policies (``allocation.gpu_counts`` not None): job m runs on
 exactly gpu_counts[m, j] GPUs of each type j with a positive count (several
@@ -68,7 +83,7 @@ from optsched.placement import DEFAULT_GPUS_PER_SERVER, PLACEMENT_POLICIES, Layo
 PRIOR_ROUNDS = 0.5  # Gavel: every job starts a period with half a round received on every type
 NEVER_RUN = 1e9  # Gavel's X·1e9 for a zero fraction (not inf, so 2x stays larger); here: never ran
 RESET_TOLERANCE = 1e-9
-QUEUES = ("phased", "per_type", "global")
+QUEUES = ("phased", "per_type", "global", "gavel")
 
 
 @dataclass(frozen=True)
@@ -390,7 +405,7 @@ class Allocator:
         view = self._view(self._instance(jobs))
         ids, sf, usable = view.ids, view.sf, view.usable
         n, k = len(ids), len(self.gpu_types)
-        X, pairs, counts, allocation_notes = self._read_allocation(allocation, view)
+        X, covered, pairs, counts, allocation_notes = self._read_allocation(allocation, view)
         notes = list(allocation_notes)
 
         rows, known, all_known = self._rows(ids)
@@ -425,7 +440,8 @@ class Allocator:
         if counts is not None:
             self._units_from_counts(counts, units)
         else:
-            self._walk_priorities(X, rec, pres, deficit, tiebreak, usable, sf, view.sfl, pairs, pair_state, units, ids, ever)
+            self._walk_priorities(X, rec, pres, deficit, tiebreak, usable, sf, view.sfl, pairs, pair_state, units, ids, ever,
+                                  covered)
 
         # Placement, type by type. A unit keeps its previous GPUs (lease) when
         # it ran on the type last round as the same unit with the same width.
@@ -526,11 +542,14 @@ class Allocator:
     # Internals
     # ------------------------------------------------------------------
 
-    def _walk_priorities(self, X, rec, pres, deficit, tiebreak, usable, sf, sfl, pairs, pair_state, units, ids, ever) -> None:
+    def _walk_priorities(self, X, rec, pres, deficit, tiebreak, usable, sf, sfl, pairs, pair_state, units, ids, ever,
+                         covered) -> None:
         n = len(ids)
+        gavel = self.queue == "gavel"
         # priority = X·present/received; X·1e9 for a job that never ran (or has
-        # no rounds received); 0 where X = 0 (X ≥ 0, masked to usable types).
-        fresh = ~ever[:, None] | (rec <= 0)
+        # no rounds received; "gavel": only the latter); 0 where X = 0 (X ≥ 0,
+        # masked to usable types).
+        fresh = (rec <= 0) if gavel else ~ever[:, None] | (rec <= 0)
         pri = X * pres[:, None]
         np.divide(pri, rec, out=pri, where=~fresh)
         if fresh.any():
@@ -550,9 +569,9 @@ class Allocator:
             with np.errstate(divide="ignore", invalid="ignore"):
                 pp = np.where(ok, np.where(ran & (r > 0), xp * p / r, xp * NEVER_RUN), 0.0)
             pair_rows.append((a, b, pp, d, xp))
-        # All (unit, type) entries with a positive priority, then one walk in
-        # the order the queue discipline gives.
-        col, ent = np.nonzero(pri.T > 0)
+        # All (unit, type) entries with a positive priority ("gavel": every
+        # usable one), then one walk in the order the queue discipline gives.
+        col, ent = np.nonzero((usable if gavel else pri > 0).T)
         k_pri, k_def, k_x, k_tb = pri[ent, col], deficit[ent, col], X[ent, col], tiebreak[ent]
         for i, (a, b, pp, d, xp) in enumerate(pair_rows):
             cs = np.flatnonzero(pp > 0)
@@ -567,8 +586,8 @@ class Allocator:
             pos[walk] = np.arange(len(walk))
         else:
             pos = self._walk_pos
-        keys = [k_tb, -k_x, -k_def, -k_pri]
-        if self.queue == "per_type":
+        keys = [ent if gavel else k_tb, -k_x, -k_def, -k_pri]
+        if self.queue in ("per_type", "gavel"):
             keys.append(pos[col])
         elif self.queue == "phased":
             keys += [pos[col], k_pri < 1.0]
@@ -588,7 +607,8 @@ class Allocator:
                 sched[e] = True
                 unscheduled -= 1
                 w = sfl[e]
-                units[c].append(((e,), w))
+                if covered[e] or not gavel:
+                    units[c].append(((e,), w))
             else:
                 a, b = pair_rows[e - n][:2]
                 if sched[a] or sched[b] or sfl[a] > left[c]:
@@ -599,7 +619,7 @@ class Allocator:
                 units[c].append(((a, b), w))
             left[c] -= w
             total -= w
-        if not self.work_conserving or total == 0 or unscheduled == 0:
+        if gavel or not self.work_conserving or total == 0 or unscheduled == 0:
             return
         # Work conservation: idle GPUs to jobs not yet running, least served first.
         # Jobs already running on the type go first (no needless preemption or
@@ -709,8 +729,9 @@ class Allocator:
 
     def _read_allocation(self, allocation: Allocation, view: "_JobsView"):
         """X (n, k) in the allocator's columns, zero on types a job cannot use;
-        pairs [(a, b, x_pair (k,))]; gpu_counts (n, k) or None; notes. Cached
-        while the allocation object and the jobs' view are the same."""
+        covered (n,): the jobs the allocation names; pairs [(a, b, x_pair
+        (k,))]; gpu_counts (n, k) or None; notes. Cached while the allocation
+        object and the jobs' view are the same."""
         if not isinstance(allocation, Allocation):
             raise OptschedError(f"allocation: expected an Allocation, got {type(allocation).__name__}")
         hit = self._cache.get("allocation")
@@ -729,6 +750,8 @@ class Allocator:
         acols, F, counts_error = self._checked_allocation(allocation)
         X = np.zeros((n, k))
         X[np.ix_(where[ok], acols)] = F[ok]
+        covered = np.zeros(n, dtype=bool)  # jobs the allocation names
+        covered[where[ok]] = True
         pairs = []
         if len(allocation.pairs):
             PF = np.asarray(allocation.pair_fractions, dtype=float)
@@ -752,7 +775,7 @@ class Allocator:
         if outside.size and (outside > 0).any():
             notes.append("allocation gives time on types some jobs cannot use; ignored")
             X = np.where(view.usable, X, 0.0)
-        out = (X, pairs, counts, tuple(notes))
+        out = (X, covered, pairs, counts, tuple(notes))
         self._cache["allocation"] = (allocation, view, out)
         return out
 

@@ -180,15 +180,15 @@ def feasible_rounds_average(inst: Instance, rng: np.random.Generator, samples: i
     return X / samples
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_time_fractions_converge_to_the_max_min_allocation(seed):
+@pytest.mark.parametrize("seed,queue", [(0, "phased"), (1, "phased"), (2, "phased"), (0, "gavel")])
+def test_time_fractions_converge_to_the_max_min_allocation(seed, queue):
     """500 rounds, fixed X from the max-min LP on a contended cluster (more
     demand than GPUs, scale factors 1/2/4/8): every job's fraction of rounds on
     every type is within 0.02 of X."""
     rng = np.random.default_rng(seed)
     inst = random_instance(rng, 150, 3)
     alloc = solve_instance(inst, "max_min_fairness")
-    F = run(Allocator(cluster_of(inst)), inst, alloc, 500)
+    F = run(Allocator(cluster_of(inst), queue=queue), inst, alloc, 500)
     assert np.abs(F - alloc.fractions).max() <= 0.02
 
 
@@ -219,6 +219,26 @@ def test_integrality_gap_is_shared_in_proportion_to_x():
     F = run(Allocator(cluster_of(inst), work_conserving=False), inst, allocation(inst, X), 500)
     assert F.sum() == pytest.approx(1.0)  # every round one of them runs
     assert F[:, 0] / X[:, 0] == pytest.approx([2 / 3, 2 / 3], abs=0.02)
+
+
+def test_gavel_queue_fills_the_first_type_in_the_walk_and_new_jobs_wait():
+    """Gavel's walk (queue="gavel"): with room on the first type, jobs allocated
+    elsewhere (X = 0 there) are taken on it in the same walk; a job the
+    allocation does not name waits for the next allocation."""
+    inst = random_instance(np.random.default_rng(0), 4, 2, multi_gpu=False)
+    inst = Instance(**{**inst.__dict__, "throughput": np.ones((4, 2)), "capacity": np.array([4.0, 4.0])})
+    X = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    p = Allocator(cluster_of(inst), queue="gavel").next_round(inst, allocation(inst, X))
+    assert {p.gpu_type(j) for j in inst.job_ids} == {"t0"}
+    ours = Allocator(cluster_of(inst)).next_round(inst, allocation(inst, X))
+    assert [ours.gpu_type(j) for j in inst.job_ids] == ["t0", "t0", "t1", "t1"]
+
+    named = subset(inst, [True, False, True, False])  # the allocation names j0 and j2 only
+    alloc = allocation(named, np.array([[1.0, 0.0], [0.0, 1.0]]))
+    p = Allocator(cluster_of(inst), queue="gavel").next_round(inst, alloc)
+    assert set(p.assignments) == {"j0", "j2"}  # j1 and j3 wait although GPUs are idle
+    p = Allocator(cluster_of(inst)).next_round(inst, alloc)
+    assert set(p.assignments) == set(inst.job_ids)
 
 
 @pytest.mark.parametrize("placement", ["consolidated", "first_fit", "cpsat"])

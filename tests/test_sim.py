@@ -174,6 +174,19 @@ def test_heterogeneity_aware_beats_agnostic_on_gavel_stream(peer_data):
     assert jct["max_min_fairness"] < jct["max_min_fairness_agnostic"]
 
 
+def test_allocator_options_reach_the_allocator():
+    a = simulate(_small_trace(3, n=40), "v100=4,p100=4,k80=8", min_recompute_interval=1920.0)
+    b = simulate(_small_trace(3, n=40), "v100=4,p100=4,k80=8", min_recompute_interval=1920.0,
+                 allocator_options={"queue": "gavel", "type_order": "shuffle"})
+    assert b.summary["jobs_completed"] == 40
+    # Gavel's queue: arrivals wait for the next allocation instead of idle GPUs.
+    assert b.jobs["responsiveness"].mean() > a.jobs["responsiveness"].mean()
+    with pytest.raises(OptschedError, match="queue"):
+        simulate(_small_trace(3, n=5), "v100=4,p100=4,k80=8", allocator_options={"queue": "nope"})
+    with pytest.raises(OptschedError, match="allocator_options"):
+        simulate(_small_trace(3, n=5), "v100=4,p100=4,k80=8", allocator_options={"qeue": "gavel"})
+
+
 def test_restart_overhead_delays_completion():
     a = simulate(_small_trace(2), "v100=4,p100=4,k80=8")
     b = simulate(_small_trace(2), "v100=4,p100=4,k80=8", restart_overhead=60.0)

@@ -12,7 +12,9 @@ Each round, in this order (Blox-style stages, each a plain function of state):
                ``recompute_every`` rounds when set; otherwise the *same*
                Allocation object is reused, so the allocator keeps its
                time-received counters (Gavel semantics);
-    allocator  ``Allocator.next_round(active jobs, allocation)`` → Placement;
+    allocator  ``Allocator.next_round(active jobs, allocation)`` → Placement
+               (``allocator_options``: queue discipline, type order, ...;
+               ``queue="gavel"`` is Gavel's own walk, optsched/allocator.py);
     progress   each placed job advances ``rate × (run − overhead)`` steps, rate
                = ``progress_rate(job, gpu_type, n_gpus)`` (default: its
                throughput on that type at its scale factor, × n/s if the
@@ -42,6 +44,7 @@ from optsched.sim.jobs import JobArrays, resolve_jobs
 from optsched.sim.policy_step import ClassSolveCache, choose_solver, compute_allocation
 
 ADMISSION = ("accept-all", "load")
+ALLOCATOR_OPTIONS = ("queue", "type_order", "work_conserving", "gpus_per_server", "placement_time_limit")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class SimConfig:
     max_time: float | None = None
     skip_unrunnable: bool = False
     policy_options: dict = field(default_factory=dict)
+    allocator_options: dict = field(default_factory=dict)  # Allocator keywords: queue, type_order, work_conserving
 
     def validate(self) -> None:
         if not self.round_length > 0:
@@ -91,6 +95,10 @@ class SimConfig:
             raise OptschedError(f"recompute_every must be >= 1 round, got {self.recompute_every}")
         if self.load_factor <= 0:
             raise OptschedError(f"load_factor must be positive, got {self.load_factor}")
+        unknown = sorted(set(self.allocator_options) - set(ALLOCATOR_OPTIONS))
+        if unknown:
+            raise OptschedError(f"allocator_options: unknown {unknown[0]!r} "
+                                f"(choose from {', '.join(ALLOCATOR_OPTIONS)})")
 
 
 @dataclass
@@ -126,7 +134,8 @@ def simulate_jobs(
 
     config.validate()
     solver = choose_solver(config.policy, config.solver)
-    allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=config.round_length)
+    allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=config.round_length,
+                          **config.allocator_options)
     types = jobs.gpu_types
     type_index = {t: j for j, t in enumerate(types)}
     capacity = np.array([cluster.gpus[t] for t in types], dtype=float)
