@@ -201,7 +201,14 @@ COMMON = dict(
     sample=typer.Option(None, "--sample", help="Use only N jobs (Philly: a seeded sample; others: the first N)."),
     skip=typer.Option(False, "--skip-unrunnable", help="Drop jobs the cluster can never run (counted) instead of failing."),
     solver=typer.Option("auto", "--solver", help="auto | highs-direct | clarabel | highs | ..."),
+    queue=typer.Option("phased", "--queue", help="Allocator walk: phased (default) | per_type | global | gavel (Gavel's code)."),
+    type_order=typer.Option("fixed", "--type-order", help="fixed (cluster order) | shuffle (every round) | v100,p100,k80."),
 )
+
+
+def _allocator_options(queue: str, type_order: str) -> dict:
+    order = type_order if type_order in ("fixed", "shuffle") else [t.strip() for t in type_order.split(",") if t.strip()]
+    return {"queue": queue, "type_order": order}
 
 
 @app.command()
@@ -224,6 +231,8 @@ def simulate(
     sample: Optional[int] = COMMON["sample"],
     skip_unrunnable: bool = COMMON["skip"],
     solver: str = COMMON["solver"],
+    queue: str = COMMON["queue"],
+    type_order: str = COMMON["type_order"],
     placement: str = typer.Option("consolidated", "--placement", help="consolidated | first_fit | cpsat"),
     out: Optional[Path] = typer.Option(None, "--out", help="Write jobs/rounds CSV + Parquet and summary.json here."),
     plot: bool = typer.Option(False, "--plot", help="With --out: JCT CDF and utilization PNGs."),
@@ -237,7 +246,8 @@ def simulate(
     r = _run(tr, cl, table, policy, quiet or as_json, round_length=round_length, seed=seed,
              min_recompute_interval=min_recompute_interval, recompute_every=recompute_every,
              restart_overhead=restart_overhead, admission=admission, load_factor=load_factor,
-             window=_window(window), skip_unrunnable=skip_unrunnable, solver=solver, placement=placement)
+             window=_window(window), skip_unrunnable=skip_unrunnable, solver=solver, placement=placement,
+             allocator_options=_allocator_options(queue, type_order))
     if out:
         r.write(out)
         if plot:
@@ -268,6 +278,8 @@ def compare(
     window: Optional[str] = COMMON["window"],
     sample: Optional[int] = COMMON["sample"],
     skip_unrunnable: bool = COMMON["skip"],
+    queue: str = COMMON["queue"],
+    type_order: str = COMMON["type_order"],
     out: Optional[Path] = typer.Option(None, "--out", help="Write per-policy tables and jct_cdf.png here."),
     as_json: bool = typer.Option(False, "--json", help="Print {policy: summary} as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
@@ -278,7 +290,7 @@ def compare(
     for p in [x.strip() for x in policies.split(",") if x.strip()]:
         results[p] = _run(tr, cl, table, p, quiet or as_json, round_length=round_length, seed=seed,
                           min_recompute_interval=min_recompute_interval, window=_window(window),
-                          skip_unrunnable=skip_unrunnable)
+                          skip_unrunnable=skip_unrunnable, allocator_options=_allocator_options(queue, type_order))
     if out:
         from optsched.sim.plots import jct_cdf
 
