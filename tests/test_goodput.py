@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from optsched.goodput.bootstrap import CROSS_JOB, MEASURED, OWN_RATIO, fill_params
@@ -118,6 +118,8 @@ def test_too_few_observations_fall_back_to_the_profile_prior():
 
 @settings(max_examples=25, deadline=None)
 @given(params_strategy, st.floats(0.1, 10), st.floats(0.0, 50), st.sampled_from([(1, 1), (1, 2), (1, 4), (2, 8), (4, 16)]))
+# Found by CI: the 50 coarse candidates alone missed the optimum by 1.4 % here.
+@example(np.array([0.125, 1e-4, 0.5, 0.015625, 0.0625, 0.00390625, 2.0]), 0.125, 2.0, (4, 16))
 def test_chosen_batch_size_maximizes_goodput_against_a_grid(params, sqr, var, config):
     nodes, replicas = config
     m = GoodputModel.single(params, sqr, var, init_batch_size=64, max_batch_size=8192, local_bsz=(8, 256))

@@ -170,29 +170,41 @@ class GoodputModel:
         hi = np.broadcast_to(col(self.max_batch_size), (n, C))
         feasible = (replicas >= 1) & (lo <= hi * (1 + 1e-9))
         hi = np.maximum(hi, lo)
-        # geomspace(lo, hi, 50) along a new last axis.
-        u = np.linspace(0.0, 1.0, N_BATCH_CANDIDATES)
-        M = np.exp(np.log(lo)[..., None] + (np.log(hi) - np.log(lo))[..., None] * u)  # (n, C, 50)
-        local = M / r[..., None]
         bmax = col(self.max_local_bsz)[..., None]
-        if self.accumulation:
-            s = np.ceil(local / bmax - _EPS) - 1
-            # One replica above M0: at least one accumulation step (the gradient
-            # statistics need two micro-batches), as in Pollux's optimize.
-            single = (r[..., None] == 1) & (local > col(self.init_batch_size)[..., None] + _EPS)
-            s = np.where(single, np.maximum(s, 1), s)
-            s = np.maximum(s, 0)
-        else:
-            s = np.zeros_like(local)
-        b = np.ceil(local / (s + 1) - _EPS)
         n3, r3 = nodes[..., None], r[..., None]
         P = self.params[:, None, None, :] if params is None else np.asarray(params, dtype=float)[:, :, None, :]
-        t = iteration_time(P, n3, r3, b, s)
-        batch = r3 * b * (s + 1)
-        E = efficiency(self.grad_sqr[:, None, None], self.grad_var[:, None, None], self.init_batch_size[:, None, None], batch)
-        g = batch / t * E
-        ok = (b >= col(self.min_local_bsz)[..., None]) & (b <= bmax) & feasible[..., None]
-        g = np.where(ok & np.isfinite(g), g, 0.0)
+
+        def evaluate(M: np.ndarray):
+            """Goodput, micro-batch and accumulation steps for global batches M (n, C, K)."""
+            local = M / r3
+            if self.accumulation:
+                s = np.ceil(local / bmax - _EPS) - 1
+                # One replica above M0: at least one accumulation step (the gradient
+                # statistics need two micro-batches), as in Pollux's optimize.
+                single = (r3 == 1) & (local > col(self.init_batch_size)[..., None] + _EPS)
+                s = np.maximum(np.where(single, np.maximum(s, 1), s), 0)
+            else:
+                s = np.zeros_like(local)
+            b = np.ceil(local / (s + 1) - _EPS)
+            batch = r3 * b * (s + 1)
+            E = efficiency(self.grad_sqr[:, None, None], self.grad_var[:, None, None], self.init_batch_size[:, None, None], batch)
+            g = batch / iteration_time(P, n3, r3, b, s) * E
+            ok = (b >= col(self.min_local_bsz)[..., None]) & (b <= bmax) & feasible[..., None]
+            return np.where(ok & np.isfinite(g), g, 0.0), b, s
+
+        # Pollux's 50 geometric candidates in [lo, hi], then the same number again
+        # between the best one's neighbours: the coarse grid's 10 % steps in M can
+        # miss the optimum by a few % of goodput next to an accumulation-step jump.
+        u = np.linspace(0.0, 1.0, N_BATCH_CANDIDATES)
+        log_lo, log_hi = np.log(lo)[..., None], np.log(hi)[..., None]
+        M = np.exp(log_lo + (log_hi - log_lo) * u)  # (n, C, 50)
+        g, b, s = evaluate(M)
+        i = np.argmax(g, axis=-1)[..., None]
+        near_lo = np.take_along_axis(M, np.maximum(i - 1, 0), axis=-1)
+        near_hi = np.take_along_axis(M, np.minimum(i + 1, N_BATCH_CANDIDATES - 1), axis=-1)
+        M2 = np.exp(np.log(near_lo) + (np.log(near_hi) - np.log(near_lo)) * u)
+        g2, b2, s2 = evaluate(M2)
+        g, b, s = (np.concatenate(pair, axis=-1) for pair in ((g, g2), (b, b2), (s, s2)))
         best = np.argmax(g, axis=-1)[..., None]
         take = lambda a: np.take_along_axis(a, best, axis=-1)[..., 0]  # noqa: E731
         return take(g), take(b).astype(int), take(s).astype(int)
