@@ -54,4 +54,5 @@ def random_instance(rng: np.random.Generator, n: int, k: int = 3, multi_gpu: boo
 from hypothesis import settings as _hypothesis_settings  # noqa: E402
 
 _hypothesis_settings.register_profile("optsched", derandomize=True, print_blob=True)
-_hypothesis_settings.load_profile("optsched")
+_hypothesis_settings.register_profile("explore", derandomize=False, max_examples=300, print_blob=True)  # bug hunting
+_hypothesis_settings.load_profile(os.environ.get("OPTSCHED_HYPOTHESIS_PROFILE", "optsched"))

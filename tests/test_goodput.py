@@ -62,6 +62,10 @@ def test_jax_fit_and_least_squares_recover_known_parameters(true):
 
 @settings(max_examples=5, deadline=None)
 @given(params_strategy)
+# Found by a randomized run: BFGS stopped at γ ≈ 1 with 4× the reference loss
+# (fixed by data-driven starts per network term and a multi-start, fit.STARTS).
+@example(np.array([0.1484375, 1.78807462e-04, 0.5, 0.00390625, 0.015625, 0.00390625, 2.0]))
+@example(np.array([0.125, 1.78807462e-04, 0.5, 0.00390625, 0.0625, 0.00390625, 3.0]))
 def test_jax_fit_reaches_the_reference_optimum_on_any_parameters(true):
     obs = synthetic(true)
     jx, ref = fit_params(obs), fit_reference(obs)
@@ -118,8 +122,9 @@ def test_too_few_observations_fall_back_to_the_profile_prior():
 
 @settings(max_examples=25, deadline=None)
 @given(params_strategy, st.floats(0.1, 10), st.floats(0.0, 50), st.sampled_from([(1, 1), (1, 2), (1, 4), (2, 8), (4, 16)]))
-# Found by CI: the 50 coarse candidates alone missed the optimum by 1.4 % here.
+# Found by CI and randomized runs: refining only the best coarse candidate missed a higher tooth.
 @example(np.array([0.125, 1e-4, 0.5, 0.015625, 0.0625, 0.00390625, 2.0]), 0.125, 2.0, (4, 16))
+@example(np.array([0.125, 0.001953125, 0.5, 0.015625, 0.0625, 0.00390625, 1.25]), 0.125, 17.0, (4, 16))
 def test_chosen_batch_size_maximizes_goodput_against_a_grid(params, sqr, var, config):
     nodes, replicas = config
     m = GoodputModel.single(params, sqr, var, init_batch_size=64, max_batch_size=8192, local_bsz=(8, 256))

@@ -192,19 +192,24 @@ class GoodputModel:
             ok = (b >= col(self.min_local_bsz)[..., None]) & (b <= bmax) & feasible[..., None]
             return np.where(ok & np.isfinite(g), g, 0.0), b, s
 
-        # Pollux's 50 geometric candidates in [lo, hi], then the same number again
-        # between the best one's neighbours: the coarse grid's 10 % steps in M can
-        # miss the optimum by a few % of goodput next to an accumulation-step jump.
+        # Pollux's 50 geometric candidates in [lo, hi], then 20 more between the
+        # neighbours of each of the 3 best: goodput is a sawtooth in M (the
+        # accumulation steps jump), and the coarse grid's 10 % steps can miss the
+        # top of a tooth, or the tooth itself, by a few % of goodput.
         u = np.linspace(0.0, 1.0, N_BATCH_CANDIDATES)
         log_lo, log_hi = np.log(lo)[..., None], np.log(hi)[..., None]
         M = np.exp(log_lo + (log_hi - log_lo) * u)  # (n, C, 50)
         g, b, s = evaluate(M)
-        i = np.argmax(g, axis=-1)[..., None]
-        near_lo = np.take_along_axis(M, np.maximum(i - 1, 0), axis=-1)
-        near_hi = np.take_along_axis(M, np.minimum(i + 1, N_BATCH_CANDIDATES - 1), axis=-1)
-        M2 = np.exp(np.log(near_lo) + (np.log(near_hi) - np.log(near_lo)) * u)
-        g2, b2, s2 = evaluate(M2)
-        g, b, s = (np.concatenate(pair, axis=-1) for pair in ((g, g2), (b, b2), (s, s2)))
+        top = np.argsort(-g, axis=-1, kind="stable")[..., :3]
+        v = np.linspace(0.0, 1.0, 20)
+        near_lo = np.log(np.take_along_axis(M, np.maximum(top - 1, 0), axis=-1))[..., None]
+        near_hi = np.log(np.take_along_axis(M, np.minimum(top + 1, N_BATCH_CANDIDATES - 1), axis=-1))[..., None]
+        M2 = np.exp(near_lo + (near_hi - near_lo) * v).reshape(*M.shape[:-1], -1)  # (n, C, 60)
+        # The right end of the first 16 teeth exactly: r·b_max·(s+1), where the
+        # micro-batch is full (a window of < 0.5 % in M that the grids can miss).
+        ends = r3 * bmax * np.arange(1, 17)
+        M3 = np.clip(ends, lo[..., None], hi[..., None])
+        g, b, s = (np.concatenate(parts, axis=-1) for parts in zip((g, b, s), evaluate(M2), evaluate(M3)))
         best = np.argmax(g, axis=-1)[..., None]
         take = lambda a: np.take_along_axis(a, best, axis=-1)[..., 0]  # noqa: E731
         return take(g), take(b).astype(int), take(s).astype(int)
