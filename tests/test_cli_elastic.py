@@ -34,3 +34,19 @@ def test_elastic_simulation_rejects_rigid_only_policies(peer_data, tmp_path):
     res = CliRunner().invoke(app, ["simulate", str(path), "--format", "pollux", "--policy", "makespan"])
     assert res.exit_code == 2
     assert "not supported by the elastic simulator" in res.stderr
+
+
+def test_gavel_baseline_in_the_elastic_simulator_runs_through_the_allocator(peer_data, tmp_path):
+    # max_min_fairness on a workload CSV goes through optsched.Allocator; every
+    # job that fits the 8 GPUs finishes (rigid jobs keep their trace size), none
+    # before it was submitted.
+    wl = pd.read_csv(peer_data / "pollux" / "workloads" / "workload-1.csv")
+    small = wl[wl.application.isin(["cifar10", "ncf"]) & (wl.num_replicas <= 8)].head(6)
+    path = tmp_path / "workload.csv"
+    small.to_csv(path, index=False)
+    res = CliRunner().invoke(app, ["simulate", str(path), "--format", "pollux", "--policy", "max_min_fairness",
+                                   "--servers", "2x4", "--json", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["finished"] == len(small)
+    jobs = pd.read_csv(tmp_path / "out" / "jobs.csv")
+    assert (jobs.completion > jobs.submission).all()

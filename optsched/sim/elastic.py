@@ -6,8 +6,10 @@ whose jobs have fixed sizes; semantics follow the peers' simulators
 - every ``interval`` seconds (60) the policy re-decides every active job's
   configuration (type, GPUs, nodes) — pollux / sia: elastic, from each job's
   *fitted* goodput model; tiresias / fifo: rigid, the workload's num_replicas
-  and batch size; max_min_fairness (Gavel): rigid, time-shared by rounds with
-  Gavel's priority = X / share received;
+  and batch size; max_min_fairness (Gavel): rigid, time-shared by rounds by the
+  project's Allocator (optsched.allocator: Gavel's priorities, deficits, lease
+  extension, placement), X re-solved when jobs arrive or leave; a job moved to
+  other GPUs restarts;
 - progress by goodput: per step the job gains ``gain = (var+sqr)/(var/k+sqr)``
   M0-steps (gradient statistics of the application's validation curves at its
   batch size and epoch), one step lasting the *measured* step time of its
@@ -35,7 +37,8 @@ import pandas as pd
 from optsched.goodput.fit import Observations, fit_params
 from optsched.goodput.model import GoodputModel, statistical_gain
 from optsched.goodput.profiles import Application
-from optsched.model import ElasticInfo, Instance, OptschedError
+from optsched.allocator import Allocator
+from optsched.model import Cluster, ElasticInfo, Instance, OptschedError, Server
 
 ELASTIC_POLICIES = ("pollux", "sia")
 RIGID_POLICIES = ("tiresias", "fifo", "max_min_fairness")
@@ -62,7 +65,6 @@ class ElasticJob:
     params: dict = field(default_factory=dict)  # type -> (7,) fitted
     dirty: set = field(default_factory=set)  # types with observations not yet fitted
     grad: tuple[float, float] | None = None
-    received: np.ndarray | None = None  # Gavel: seconds run per type
 
     @property
     def max_profiled(self) -> int:
@@ -116,8 +118,14 @@ class ElasticSimulator:
             fixed = None if elastic else float(row.batch_size)
             if elastic and app.name == "ncf":
                 fixed = 32768.0  # the Pollux simulator pins ncf's batch size
-            self.jobs.append(ElasticJob(str(row.name), app, float(row.time), int(row.num_replicas), fixed,
-                                        received=np.zeros(len(self.types))))
+            self.jobs.append(ElasticJob(str(row.name), app, float(row.time), int(row.num_replicas), fixed))
+        self._allocation = None  # max_min_fairness: the X in force
+        self._moved: set[str] = set()
+        self._allocator = None
+        if policy == "max_min_fairness":
+            servers = [Server(id=f"{t}-{i}", gpu_type=t, gpus=cluster[t][1]) for t in self.types for i in range(cluster[t][0])]
+            self._allocator = Allocator(Cluster(gpus={t: int(c) for t, c in zip(self.types, self.capacity)}, servers=servers),
+                                        round_length=self.interval)
         self.now = 0.0
         self.solve_seconds: list[float] = []
         self.fit_seconds: list[float] = []
@@ -260,7 +268,16 @@ class ElasticSimulator:
     def _decide(self, active: list[ElasticJob]) -> list[tuple[int, int, int] | None]:
         from optsched.policy import solve_instance
 
+        if self.policy == "max_min_fairness" and any(j.target_replicas > self.capacity.max() for j in active):
+            # A job wider than every type never runs (the Allocator rejects it): decide for the rest.
+            fits = [j for j in active if j.target_replicas <= self.capacity.max()]
+            cfg = dict(zip([j.name for j in fits], self._decide(fits) if fits else []))
+            return [cfg.get(j.name) for j in active]
         inst = self._instance(active)
+        if self._allocation is not None and self._allocation.job_ids == inst.job_ids:
+            # Gavel re-solves when jobs arrive or leave; the same Allocation object
+            # keeps the allocator's period (its counters reset when it changes).
+            return self._gavel_round(active, inst, self._allocation)
         opts = dict(self.options)
         if self.policy == "tiresias":
             opts.setdefault("thresholds", (POLLUX_TIRESIAS_THRESHOLD,))
@@ -281,7 +298,8 @@ class ElasticSimulator:
                 out.append((j, g, nodes))
             return out
         if self.policy == "max_min_fairness":
-            return self._gavel_round(active, inst, alloc.fractions)
+            self._allocation = alloc
+            return self._gavel_round(active, inst, alloc)
         out = []
         for m in range(inst.n):  # priority orders: a row of ones on one type, or waiting
             row = alloc.fractions[m]
@@ -293,22 +311,19 @@ class ElasticSimulator:
                 out.append((j, g, -(-g // int(self.server[j]))))
         return out
 
-    def _gavel_round(self, active, inst: Instance, X: np.ndarray):
-        """Gavel's mechanism in one round: priority X[m,j] / share received (1e9·X
-        when nothing received), greedy per type in priority order within capacity."""
-        rec = np.array([j.received for j in active])
-        total = rec.sum(axis=1, keepdims=True)
-        share = np.divide(rec, total, out=np.zeros_like(rec), where=total > 0)
-        prio = np.where(X > 0, np.where(share > 0, X / np.maximum(share, 1e-12), 1e9 * X), 0.0)
-        free = self.capacity.copy()
-        out = [None] * len(active)
-        for flat in np.argsort(-prio, axis=None, kind="stable"):  # n·k entries, decided once per round
-            m, j = divmod(int(flat), inst.k)
-            g = int(inst.scale_factor[m])
-            if prio[m, j] <= 0 or out[m] is not None or g > free[j]:
+    def _gavel_round(self, active, inst: Instance, alloc):
+        """Gavel's mechanism for one round: the project's Allocator (priorities,
+        deficits, lease extension, placement) turns X into this round's jobs and
+        GPUs; a job's nodes are the servers its GPUs are on."""
+        placement = self._allocator.next_round(inst, alloc)
+        self._moved = set(placement.migrated)  # same shape on other GPUs: still a restart
+        out = []
+        for job in active:
+            slots = placement.assignments.get(job.name)
+            if not slots:
+                out.append(None)
                 continue
-            out[m] = (j, g, -(-g // int(self.server[j])))
-            free[j] -= g
+            out.append((self.types.index(placement.gpu_type(job.name)), len(slots), len({s.server for s in slots})))
         return out
 
     # -- loop --------------------------------------------------------------------------------
@@ -324,7 +339,7 @@ class ElasticSimulator:
                 self._refit(active)
             decision = self._decide(active)
             for job, cfg in zip(active, decision):
-                if cfg != job.config:
+                if cfg != job.config or job.name in self._moved:
                     if cfg is None:
                         job.config = None
                     else:
@@ -332,10 +347,10 @@ class ElasticSimulator:
                         job.rescale = self._restart_seconds(job)
                         job.restarts = 0 if job.restarts is None else job.restarts + 1
                         self._choose_batch(job)
-                if job.config is not None:
-                    job.received[job.config[0]] += self.interval
             for job in active:
                 self._step(job, self.interval)
+            if self._allocator is not None:
+                self._allocator.remove([j.name for j in active if j.completion is not None])
             self.now += self.interval
         return pd.DataFrame({
             "name": [j.name for j in jobs], "application": [j.app.name for j in jobs],
