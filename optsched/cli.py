@@ -68,6 +68,13 @@ def solve(
     else:
         text = snapshot.read_text()
     snap = parse_snapshot(text)
+    if placement:
+        from optsched.placement import PLACEMENT_POLICIES
+
+        if placement_policy not in PLACEMENT_POLICIES:  # fail before a long solve, not after
+            raise OptschedError(
+                f"--placement-policy: unknown policy {placement_policy!r} (choose from {', '.join(PLACEMENT_POLICIES)})"
+            )
     options = {"packing": True} if packing else {}
     alloc = solve_policy(snap, policy=policy, solver=solver, time_limit=time_limit, **options)
     out = alloc.to_dict()

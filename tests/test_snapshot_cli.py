@@ -110,6 +110,11 @@ def test_unknown_policy_and_solver_are_one_line_errors():
     assert res.exit_code == 2 and "unknown solver 'gurobi'" in res.stderr
 
 
+def test_unknown_placement_policy_is_a_one_line_error():
+    res = run(["solve", "--placement", "--placement-policy", "nope"])
+    assert res.exit_code == 2 and "--placement-policy: unknown policy 'nope'" in res.stderr
+
+
 def test_missing_file_is_a_one_line_error(tmp_path):
     res = run(["solve", str(tmp_path / "absent.json")])
     assert res.exit_code == 2 and "absent.json" in res.stderr
