@@ -339,8 +339,5 @@ def allocation_from_choice(inst: Instance, policy: str, gm: GoodputMatrix, a: As
         explanation["lp_bound"] = a.lp_bound
     for key, val in (extra or {}).items():
         explanation[key] = ({jid: float(v) for jid, v in zip(inst.job_ids, val)} if isinstance(val, np.ndarray) else val)
-    return Allocation(
-        policy=policy, status=a.status, objective=objective, solve_seconds=a.solve_seconds,
-        job_ids=inst.job_ids, gpu_types=inst.gpu_types, fractions=(counts > 0).astype(float),
-        effective_throughput=thr, explanation=explanation, gpu_counts=counts, nodes=nodes,
-    )
+    return Allocation.of(inst, policy, (counts > 0).astype(float), a.status, objective, a.solve_seconds, thr,
+                         explanation, gpu_counts=counts, nodes=nodes)

@@ -100,10 +100,8 @@ def allocate(inst: Instance, policy: str = "hadar", solver: str = "highs", time_
     thr = speed(inst, X)
     best = inst.throughput.max(axis=1)
     objective = float((inst.weight * thr / best).sum())
-    return Allocation(
-        policy=policy, status=status, objective=objective, solve_seconds=time.perf_counter() - t0,
-        job_ids=inst.job_ids, gpu_types=inst.gpu_types, fractions=(X > 0).astype(float),
-        effective_throughput=thr,
+    return Allocation.of(
+        inst, policy, (X > 0).astype(float), status, objective, time.perf_counter() - t0, thr,
         explanation={
             "capacity_used": {t: float(v) for t, v in zip(inst.gpu_types, X.sum(axis=0))},
             "capacity": {t: float(v) for t, v in zip(inst.gpu_types, inst.capacity)},

@@ -155,16 +155,5 @@ def allocate(
         rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
         explanation["share_vs_equal"] = {jid: float(r) for jid, r in zip(inst.job_ids, rel)}
     running = int((X.sum(axis=1) > 0).sum() + 2 * len(pairs))
-    return Allocation(
-        policy=policy,
-        status="ok",
-        objective=float(running),
-        solve_seconds=time.perf_counter() - t0,
-        job_ids=inst.job_ids,
-        gpu_types=inst.gpu_types,
-        fractions=X,
-        effective_throughput=thr,
-        explanation=explanation,
-        pairs=pairs,
-        pair_fractions=Y,
-    )
+    return Allocation.of(inst, policy, X, "ok", float(running), time.perf_counter() - t0, thr, explanation,
+                         pairs=pairs, pair_fractions=Y)

@@ -97,15 +97,6 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -
         level[U[stuck]] = t_r * w[U[stuck]]
         frozen[U[stuck]] = True
     X = X_best if X_best is not None else fallback_allocation(inst)
-    return Allocation(
-        policy=policy,
-        status=status,
-        objective=objective,
-        solve_seconds=solve_seconds,
-        job_ids=inst.job_ids,
-        gpu_types=inst.gpu_types,
-        fractions=X,
-        effective_throughput=(inst.throughput * X).sum(axis=1),
-        explanation={"lp_rounds": rounds, "bottleneck_jobs": first_bottleneck},
-    )
+    return Allocation.of(inst, policy, X, status, objective, solve_seconds,
+                         explanation={"lp_rounds": rounds, "bottleneck_jobs": first_bottleneck})
 

@@ -423,6 +423,16 @@ class Allocation:
     # choose (nodes, GPUs); None otherwise.
     nodes: np.ndarray | None = None
 
+    @classmethod
+    def of(
+        cls, inst: "Instance", policy: str, fractions: np.ndarray, status: str, objective: float,
+        solve_seconds: float, effective_throughput: np.ndarray | None = None, explanation: dict | None = None, **extra,
+    ) -> "Allocation":
+        """An allocation over ``inst``'s jobs and types; throughput defaults to Σ_j T[m,j]·X[m,j]."""
+        thr = (inst.throughput * fractions).sum(axis=1) if effective_throughput is None else effective_throughput
+        return cls(policy, status, objective, solve_seconds, inst.job_ids, inst.gpu_types, fractions, thr,
+                   explanation or {}, **extra)
+
     def to_dict(self) -> dict:
         alloc = {
             jid: {t: float(self.fractions[m, j]) for j, t in enumerate(self.gpu_types) if self.fractions[m, j] > 0}

@@ -112,7 +112,7 @@ def solve_instance(
     if solver in DIRECT_SOLVERS:
         solver = "clarabel"  # the policy has no matrix form: the cvxpy path
     if inst.n == 0:
-        return Allocation(policy, "optimal", float("nan"), 0.0, (), inst.gpu_types, np.zeros((0, inst.k)), np.zeros(0))
+        return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
     if hasattr(mod, "allocate"):
         return finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
     return solve_program(inst, policy, mod.build, solver, time_limit, **opts)
@@ -166,8 +166,8 @@ def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: f
     packed = {}
     if program.pairs is not None and Y is not None:
         thr, packed = _packed_result(inst, program.pairs, X, Y, thr, explanation)
-    return _allocation(inst, policy, X, thr, status, objective, explanation, sol.solve_seconds, build_seconds,
-                       solver_seconds=sol.solver_seconds, **packed)
+    return Allocation.of(inst, policy, X, status, objective, sol.solve_seconds, thr, explanation,
+                         build_seconds=build_seconds, solver_seconds=sol.solver_seconds, **packed)
 
 
 def _fallback(inst: Instance, reason: str) -> tuple[np.ndarray, str, float, None]:
@@ -176,23 +176,6 @@ def _fallback(inst: Instance, reason: str) -> tuple[np.ndarray, str, float, None
     from optsched.formulations.base import fallback_allocation
 
     return fallback_allocation(inst), f"fallback: {reason} (equal share scaled to fit)", float("nan"), None
-
-
-def _allocation(inst: Instance, policy: str, X, thr, status, objective, explanation, solve_seconds, build_seconds,
-                **extra) -> Allocation:
-    return Allocation(
-        policy=policy,
-        status=status,
-        objective=objective,
-        solve_seconds=solve_seconds,
-        job_ids=inst.job_ids,
-        gpu_types=inst.gpu_types,
-        fractions=X,
-        effective_throughput=thr,
-        explanation=explanation,
-        build_seconds=build_seconds,
-        **extra,
-    )
 
 
 def _decode_fractions(program, inst: Instance) -> tuple[np.ndarray, np.ndarray | None]:
@@ -257,8 +240,8 @@ def solve_matrix_program(inst: Instance, policy: str, build_lp, backend: str, ti
     else:
         X, status, objective, prices = _fallback(inst, sol.message)
     explanation = explain(inst, X, program.share(X), prices, objective if sol.ok else None)
-    thr = (inst.throughput * X).sum(axis=1)
-    return _allocation(inst, policy, X, thr, status, objective, explanation, sol.solve_seconds, build_seconds)
+    return Allocation.of(inst, policy, X, status, objective, sol.solve_seconds, explanation=explanation,
+                         build_seconds=build_seconds)
 
 
 def clean_fractions(X: np.ndarray, inst: Instance) -> np.ndarray:
