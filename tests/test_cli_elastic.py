@@ -7,7 +7,7 @@ import json
 import pandas as pd
 from typer.testing import CliRunner
 
-import optsched.cli_sim  # noqa: F401  (registers simulate)
+import optsched.cli  # noqa: F401  (registers every command)
 from optsched.cli import app
 
 

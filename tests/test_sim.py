@@ -249,7 +249,7 @@ def test_bad_cluster_spec_is_a_clear_error(spec):
 
 
 def _cli():
-    import optsched.cli_sim  # noqa: F401  (registers the commands)
+    import optsched.cli  # noqa: F401  (registers the commands)
     from typer.testing import CliRunner
 
     from optsched.cli import app

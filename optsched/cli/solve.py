@@ -1,12 +1,7 @@
-"""Command line: `optsched solve | schema | simulate | compare | trace`.
-
-Heavy libraries (cvxpy, jax, ortools) are imported inside commands so that
-`optsched --help` stays fast. User errors print one line and exit with 2.
-"""
+"""`optsched solve | schema | policies`: one snapshot in, an allocation out."""
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from importlib import resources
@@ -14,31 +9,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from optsched.cli.common import app, console, user_errors
 from optsched.model import OptschedError
-
-app = typer.Typer(add_completion=False, no_args_is_help=False, help="Optimization-based GPU cluster scheduling.")
-console = Console()
-err_console = Console(stderr=True)
-
-
-def user_errors(fn):
-    """Turn OptschedError (and unreadable files) into one line on stderr, exit 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except OptschedError as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
-            err_console.print(f"[bold red]error:[/] {e.strerror}: {e.filename}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
-
-    return wrapper
 
 
 def example_snapshot_text() -> str:
@@ -166,16 +140,3 @@ def policies():
 
     for name in policy_names():
         typer.echo(name)
-
-
-def main() -> None:
-    # Register commands that live in higher modules (simulator, traces) when present.
-    try:
-        from optsched import cli_sim  # noqa: F401
-    except ImportError:
-        pass
-    app()
-
-
-if __name__ == "__main__":
-    main()

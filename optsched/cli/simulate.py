@@ -1,4 +1,4 @@
-"""CLI commands for the simulator and traces, registered on optsched.cli.app:
+"""CLI commands for the simulator and traces, registered on the shared app (optsched.cli.common):
 ``optsched simulate``, ``optsched compare``, ``optsched trace``.
 
 Heavy imports stay inside the commands (``optsched --help`` stays fast).
@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from optsched.cli import app, console, err_console, user_errors
+from optsched.cli.common import app, console, err_console, user_errors
 
 trace_app = typer.Typer(add_completion=False, help="Traces: describe, convert, generate.")
 app.add_typer(trace_app, name="trace")

@@ -1,0 +1,51 @@
+"""Command line: `optsched solve | schema | policies | simulate | compare | trace`.
+
+Thin commands over the library. Heavy libraries (cvxpy, jax, ortools) are
+imported inside the commands that need them, so `optsched --help` and a plain
+`optsched solve` stay fast. User errors print one line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import typer
+
+from optsched.cli import simulate as _simulate  # noqa: F401  (registers simulate, compare, trace)
+from optsched.cli import solve as _solve  # noqa: F401  (registers solve, schema, policies)
+from optsched.cli.common import app, console, err_console, user_errors
+from optsched.cli.solve import example_snapshot_text
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from optsched import __version__
+
+        typer.echo(f"optsched {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+    log_level: str = typer.Option(
+        "warning", "--log-level", help="debug | info | warning | error (solver fallbacks and time limits are warnings)."
+    ),
+) -> None:
+    """Optimization-based GPU cluster scheduling."""
+    if log_level.lower() not in LOG_LEVELS:
+        err_console.print(f"[bold red]error:[/] --log-level: unknown level {log_level!r} (choose from {', '.join(LOG_LEVELS)})")
+        raise typer.Exit(2)
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()), format="%(levelname)s %(name)s: %(message)s", force=True
+    )
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "console", "err_console", "example_snapshot_text", "main", "user_errors"]
