@@ -1,0 +1,505 @@
+"""Block LPs: the one form every fractional policy is written in.
+
+A block LP has one row of variables per block (a job) over k columns (GPU
+types), coupled only through k column capacities and one optional scalar z:
+
+    maximize    Σ_mj C[m, j] X[m, j] + c_z · z
+    subject to  Σ_j A[m, j] X[m, j] − g[m] · z ≥ l[m]     for rows m with has_row[m]   ("share" rows)
+                Σ_j X[m, j] ≤ 1                                                        ("time" rows)
+                Σ_m S[m] X[m, j] ≤ W[j]                                                ("capacity")
+                X ≥ 0,  X[m, j] = 0 where not allowed[m, j],   z free.
+
+Max-min fairness (z = the minimum share), its water-filling levels, makespan,
+max throughput and cost with SLOs are all this program with different arrays,
+so each formulation is a few lines of numpy and every solver here serves all
+of them. Optional pair columns (space sharing) add a block Y[p, j] that enters
+two rows' share and time rows and the capacities; they break the block
+structure and go to a general LP backend.
+
+Solvers (``solve(lp, backend=...)``):
+- ``ipm`` (default without pairs): a primal-dual interior-point method that
+  exploits the structure. Its Newton system G'DG is block diagonal (one k×k
+  block per job) plus k rank-one capacity terms plus the z border, so each
+  iteration costs O(n k²) numpy work: batched k×k inverses, Woodbury for the
+  capacities, a Schur complement for z. Like ECOS/Clarabel (and unlike a
+  simplex vertex) it returns a point in the relative interior of the optimal
+  face and strictly complementary duals, which water filling reads.
+- ``clarabel``, ``highs-ipm``, ``highs-simplex``: the same program exported
+  as sparse matrices (``to_matrix``) to a general backend (solvers/lp.py).
+  ``ipm`` falls back to ``clarabel`` when it does not converge.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+BLOCK_BACKENDS = ("ipm", "clarabel", "highs-ipm", "highs-simplex")
+
+
+@dataclass(frozen=True)
+class PairBlock:
+    """Pair columns Y[p, j] (space sharing): pair p = (pairs[p, 0], pairs[p, 1])
+    packed on type j adds share[p, j, r] to the share row of its r-th member,
+    counts in both members' time rows and uses S_pair[p] GPUs of type j."""
+
+    pairs: np.ndarray  # (p, 2) row indices
+    share: np.ndarray  # (p, k, 2) share-row coefficients of each member
+    allowed: np.ndarray  # (p, k) bool
+    S: np.ndarray  # (p,)
+    C: np.ndarray  # (p, k) objective coefficients
+
+
+@dataclass(frozen=True)
+class BlockLP:
+    A: np.ndarray  # (n, k) share-row coefficients
+    S: np.ndarray  # (n,) capacity used per unit of X[m, j]
+    W: np.ndarray  # (k,) capacities
+    allowed: np.ndarray  # (n, k) bool
+    C: np.ndarray | None = None  # (n, k) objective on X (None: 0)
+    c_z: float = 0.0  # objective on z
+    g: np.ndarray | None = None  # (n,) z's coefficient in the share rows (None: no z)
+    lower: np.ndarray | None = None  # (n,) right-hand sides l (None: 0)
+    has_row: np.ndarray | None = None  # (n,) bool, which share rows exist (None: all, if g or lower is given)
+    pairs: PairBlock | None = None
+
+    @property
+    def n(self) -> int:
+        return self.A.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.A.shape[1]
+
+    @property
+    def has_z(self) -> bool:
+        return self.g is not None
+
+    def rows(self) -> np.ndarray:
+        if self.has_row is not None:
+            return self.has_row
+        return np.full(self.n, self.g is not None or self.lower is not None)
+
+    def objective_X(self) -> np.ndarray:
+        return np.zeros((self.n, self.k)) if self.C is None else self.C
+
+
+@dataclass(frozen=True)
+class BlockSolution:
+    ok: bool
+    status: str  # "optimal", "infeasible", "time_limit", "error"
+    X: np.ndarray | None
+    z: float
+    Y: np.ndarray | None  # pair fractions, when the LP has pairs
+    value: float  # the maximized objective
+    share_dual: np.ndarray | None  # (n,) multipliers of the share rows (>= 0)
+    price: np.ndarray | None  # (k,) capacity multipliers: objective gained per unit of W_j
+    seconds: float
+    backend: str
+    iterations: int = 0
+    message: str = ""
+    info: dict = field(default_factory=dict)
+
+
+def solve(lp: BlockLP, backend: str = "ipm", time_limit: float = 60.0) -> BlockSolution:
+    """Solve; never raises for solver trouble (ok=False and a message instead)."""
+    if backend not in BLOCK_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BLOCK_BACKENDS)})")
+    t0 = time.perf_counter()
+    if lp.pairs is None and lp.n > 1:
+        classes, inverse, counts = identical_rows(lp)
+        if len(counts) < lp.n:
+            return _expand(solve(_merged(lp, classes, counts), backend, time_limit), inverse, counts, t0)
+    if backend == "ipm" and lp.pairs is None:
+        try:
+            with np.errstate(all="ignore"):
+                sol = _ipm(lp, deadline=t0 + time_limit)
+        except np.linalg.LinAlgError as e:  # a singular Newton system: let the general backend decide
+            sol = BlockSolution(False, "error", None, float("nan"), None, float("nan"), None, None,
+                                time.perf_counter() - t0, "ipm", message=f"block IPM: {e}")
+        if sol.ok:
+            return sol
+        import logging
+
+        logging.getLogger("optsched.solvers").info("block IPM: %s; solving with clarabel", sol.message)
+        backend = "clarabel"
+    elif backend == "ipm":
+        backend = "highs-ipm"  # pair columns couple rows: a general sparse backend
+    return _matrix_solve(lp, backend, max(t0 + time_limit - time.perf_counter(), 1e-3))
+
+
+# ---------------------------------------------------------------------------
+# Identical rows: one class row per group of interchangeable jobs
+# ---------------------------------------------------------------------------
+#
+# Rows with the same data (A, allowed, S, C, g, l) are interchangeable: the LP
+# is invariant under permuting them, its optimal set is convex, so averaging
+# an optimum over those permutations gives an optimum in which they are equal.
+# One class row with capacity use count·S and objective count·C finds it
+# exactly. Traces draw jobs from a few dozen models and scale factors (Gavel's
+# table: 26 job types), so thousands of jobs collapse to a few hundred rows.
+
+
+def identical_rows(lp: BlockLP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first row of each class, class of every row, class sizes)."""
+    n = lp.n
+    cols = [lp.A, lp.allowed.astype(float), np.asarray(lp.S, dtype=float)[:, None], lp.rows().astype(float)[:, None]]
+    if lp.C is not None:
+        cols.append(lp.C)
+    if lp.g is not None:
+        cols.append(np.asarray(lp.g, dtype=float)[:, None])
+    if lp.lower is not None:
+        cols.append(np.asarray(lp.lower, dtype=float)[:, None])
+    key = np.concatenate(cols, axis=1)
+    order = np.lexsort(key.T[::-1])
+    ordered = key[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    starts = np.flatnonzero(new)
+    return order[starts], inverse, np.diff(np.append(starts, n))
+
+
+def _merged(lp: BlockLP, first: np.ndarray, counts: np.ndarray) -> BlockLP:
+    pick = lambda v: None if v is None else np.asarray(v)[first]  # noqa: E731
+    return BlockLP(
+        A=lp.A[first], S=np.asarray(lp.S, dtype=float)[first] * counts, W=lp.W, allowed=lp.allowed[first],
+        C=None if lp.C is None else lp.C[first] * counts[:, None], c_z=lp.c_z, g=pick(lp.g), lower=pick(lp.lower),
+        has_row=pick(lp.has_row),
+    )
+
+
+def _expand(sol: BlockSolution, inverse: np.ndarray, counts: np.ndarray, t0: float) -> BlockSolution:
+    """Class solution -> every member's row; a class's share multiplier splits evenly."""
+    import dataclasses
+
+    if not sol.ok:
+        return dataclasses.replace(sol, seconds=time.perf_counter() - t0)
+    share_dual = None if sol.share_dual is None else (sol.share_dual / counts)[inverse]
+    return dataclasses.replace(sol, X=sol.X[inverse], share_dual=share_dual, seconds=time.perf_counter() - t0,
+                               info={**sol.info, "classes": int(len(counts))})
+
+
+# ---------------------------------------------------------------------------
+# General backends: the block LP as sparse matrices
+# ---------------------------------------------------------------------------
+
+
+def to_matrix(lp: BlockLP):
+    """(c, A_ub, b_ub, lb, ub) of ``minimize c'v s.t. A_ub v <= b_ub, lb <= v <= ub``
+    with v = [vec(X) row-major, vec(Y) row-major, z]; rows: share rows (negated),
+    time rows, capacity rows."""
+    import scipy.sparse as sp
+
+    n, k = lp.n, lp.k
+    p = 0 if lp.pairs is None else len(lp.pairs.pairs)
+    nx, ny = n * k, p * k
+    nz = 1 if lp.has_z else 0
+    rows = np.flatnonzero(lp.rows())
+    r = len(rows)
+    row_of = np.full(n, -1)
+    row_of[rows] = np.arange(r)
+    m_idx, j_idx = np.nonzero(lp.allowed)
+    x_col = m_idx * k + j_idx
+    I, J, V = [], [], []
+    # Share rows (as <=): -A X - pairs + g z <= -l.
+    in_row = row_of[m_idx] >= 0
+    I.append(row_of[m_idx[in_row]]), J.append(x_col[in_row]), V.append(-lp.A[m_idx[in_row], j_idx[in_row]])
+    if nz and r:
+        I.append(np.arange(r)), J.append(np.full(r, nx + ny)), V.append(lp.g[rows])
+    # Time rows, capacity rows.
+    I.append(r + m_idx), J.append(x_col), V.append(np.ones(len(x_col)))
+    I.append(r + n + j_idx), J.append(x_col), V.append(lp.S[m_idx].astype(float))
+    if p:
+        pb = lp.pairs
+        q_idx, pj = np.nonzero(pb.allowed)
+        y_col = nx + q_idx * k + pj
+        for role in (0, 1):
+            member = pb.pairs[q_idx, role]
+            has = row_of[member] >= 0
+            I.append(row_of[member[has]]), J.append(y_col[has]), V.append(-pb.share[q_idx[has], pj[has], role])
+            I.append(r + member), J.append(y_col), V.append(np.ones(len(y_col)))
+        I.append(r + n + pj), J.append(y_col), V.append(pb.S[q_idx].astype(float))
+    A_ub = sp.csc_matrix(
+        (np.concatenate(V), (np.concatenate(I), np.concatenate(J))), shape=(r + n + k, nx + ny + nz)
+    )
+    lower = np.zeros(n) if lp.lower is None else lp.lower
+    b_ub = np.concatenate([-lower[rows], np.ones(n), lp.W])
+    c = np.zeros(nx + ny + nz)
+    c[:nx] = -lp.objective_X().reshape(-1)
+    if p:
+        c[nx : nx + ny] = -lp.pairs.C.reshape(-1)
+    if nz:
+        c[-1] = -lp.c_z
+    ub = np.concatenate([lp.allowed.reshape(-1).astype(float), np.zeros(ny) if not p else lp.pairs.allowed.reshape(-1).astype(float), np.full(nz, np.inf)])
+    lb = np.concatenate([np.zeros(nx + ny), np.full(nz, -np.inf)])
+    return c, A_ub, b_ub, lb, ub, rows
+
+
+def _matrix_solve(lp: BlockLP, backend: str, time_limit: float) -> BlockSolution:
+    from optsched.solvers.lp import solve_lp
+
+    t0 = time.perf_counter()
+    c, A_ub, b_ub, lb, ub, rows = to_matrix(lp)
+    sol = solve_lp(c, A_ub, b_ub, lb=lb, ub=ub, backend=backend, time_limit=time_limit)
+    n, k = lp.n, lp.k
+    if not sol.ok:
+        return BlockSolution(False, sol.status, None, float("nan"), None, float("nan"), None, None,
+                             time.perf_counter() - t0, backend, message=sol.message)
+    x = sol.x
+    X = np.clip(x[: n * k].reshape(n, k), 0.0, None)
+    Y = None
+    if lp.pairs is not None:
+        p = len(lp.pairs.pairs)
+        Y = np.clip(x[n * k : n * k + p * k].reshape(p, k), 0.0, None)
+    z = float(x[-1]) if lp.has_z else float("nan")
+    share_dual = np.zeros(n)
+    share_dual[rows] = sol.dual_ub[: len(rows)]
+    price = sol.dual_ub[len(rows) + n :]
+    return BlockSolution(True, "optimal", X, z, Y, -sol.value, share_dual, price,
+                         time.perf_counter() - t0, backend)
+
+
+# ---------------------------------------------------------------------------
+# The structured interior-point method
+# ---------------------------------------------------------------------------
+#
+# Standard form: minimize q'v subject to G v + s = h, s >= 0 (dual λ >= 0,
+# q + G'λ = 0), with v = (x = X on allowed entries, z) and four row groups:
+#   R0  -x          <= 0          (one row per allowed entry)
+#   R1  -A_m x_m + g_m z <= -l_m  (share rows)
+#   R2  Σ_j x_mj    <= 1          (time rows)
+#   R3  Σ_m S_m x_mj / W_j <= 1   (capacity rows, scaled to 1 for conditioning)
+# Mehrotra predictor-corrector on the normal equations (G'DG) Δv = rhs,
+# D = diag(λ/s), solved blockwise as described in the module docstring.
+
+MAX_ITERATIONS = 60
+FEASIBILITY_TOL = 1e-9  # relative primal and dual residuals
+GAP_TOL = 1e-8  # relative duality gap
+REFINEMENTS = 1
+
+
+@dataclass
+class _Problem:
+    """The block LP in the IPM's standard form (minimization, scaled capacity
+    rows). Slacks and multipliers are flat vectors laid out as
+    [R0 on allowed entries | R1 on existing share rows | R2 (n) | R3 (k)]."""
+
+    A: np.ndarray  # (n, k), zero where not allowed or no share row
+    g: np.ndarray  # (n,)
+    Sa: np.ndarray  # (n, k) S_m / W_j on allowed entries
+    qx: np.ndarray  # (n, k) -C
+    qz: float
+    allowed: np.ndarray  # (n, k) bool
+    entries: np.ndarray  # flat indices of allowed entries
+    rows: np.ndarray  # indices of share rows
+    h: np.ndarray  # right-hand side, flat
+    has_z: bool
+
+    @classmethod
+    def of(cls, lp: BlockLP) -> "_Problem":
+        allowed = np.asarray(lp.allowed, dtype=bool)
+        has_row = lp.rows().astype(bool)
+        W = np.maximum(np.asarray(lp.W, dtype=float), 1e-300)
+        rows = np.flatnonzero(has_row)
+        lower = np.zeros(lp.n) if lp.lower is None else np.asarray(lp.lower, dtype=float)
+        entries = np.flatnonzero(allowed)
+        h = np.concatenate([np.zeros(len(entries)), -lower[rows], np.ones(lp.n), np.ones(lp.k)])
+        return cls(
+            A=np.where(allowed & has_row[:, None], lp.A, 0.0),
+            g=np.where(has_row, lp.g, 0.0) if lp.has_z else np.zeros(lp.n),
+            Sa=np.where(allowed, np.asarray(lp.S, dtype=float)[:, None] / W[None, :], 0.0),
+            qx=np.where(allowed, -lp.objective_X(), 0.0), qz=-float(lp.c_z), allowed=allowed,
+            entries=entries, rows=rows, h=h, has_z=lp.has_z,
+        )
+
+    def split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Flat row vector -> (R0 as (n, k) with zeros elsewhere, R1 as (n,), R2, R3)."""
+        n, k = self.A.shape
+        e, r = len(self.entries), len(self.rows)
+        v0 = np.zeros(n * k)
+        v0[self.entries] = v[:e]
+        v1 = np.zeros(n)
+        v1[self.rows] = v[e : e + r]
+        return v0.reshape(n, k), v1, v[e + r : e + r + n], v[e + r + n :]
+
+    def G(self, x: np.ndarray, z: float) -> np.ndarray:
+        share = -(self.A * x).sum(axis=1) + self.g * z
+        return np.concatenate([-x.reshape(-1)[self.entries], share[self.rows], x.sum(axis=1), (self.Sa * x).sum(axis=0)])
+
+    def GT(self, t: np.ndarray) -> tuple[np.ndarray, float]:
+        t0, t1, t2, t3 = self.split(t)
+        gx = -t0 - t1[:, None] * self.A + t2[:, None] + t3[None, :] * self.Sa
+        return np.where(self.allowed, gx, 0.0), float(self.g @ t1)
+
+class _Newton:
+    """Solves (G'DG) Δv = r for one D = diag(w).
+
+    Per job, H_m = R_m + w1_m a_m a_m' with R_m = diag(w0_m) + w2_m e e' (x >= 0
+    and time rows) and a_m the share row: batched k×k LU (numpy), which stays
+    accurate where Sherman–Morrison's subtractions lose digits. The k
+    capacity rows and z couple the jobs: they are eliminated into one small
+    (k+1)×(k+1) system. z's entry there, h_zz − b'H⁻¹b, would cancel
+    catastrophically near the optimum if computed as written; it is summed as
+    Σ_m w1 g² / (1 + w1 ρ_m), ρ_m = a_m' R_m⁻¹ a_m, which is exact and positive.
+    """
+
+    def __init__(self, P: _Problem, w_flat: np.ndarray):
+        self.P = P
+        self.w_flat = w_flat
+        w = _Split(*P.split(w_flat))
+        self.w = w
+        k = P.A.shape[1]
+        eye = np.eye(k)
+        allowed = P.allowed.astype(float)
+        both = (allowed[:, :, None] * allowed[:, None, :]) > 0
+        # R_m = diag(w0) + w2 e e' (x >= 0 and time rows), identity on entries fixed at 0.
+        reg = 1e-13 * (w.r0.max(axis=1) + w.r2 + w.r1 * (P.A * P.A).sum(axis=1)) + 1e-300  # relative regularization
+        R = np.where(both, (w.r0 + reg[:, None])[:, :, None] * eye + w.r2[:, None, None] * both, eye)
+        Ra = np.linalg.solve(R, P.A[:, :, None])[:, :, 0]
+        denom = 1.0 + w.r1 * (P.A * Ra).sum(axis=1)
+        self.Hinv = np.linalg.inv(R + w.r1[:, None, None] * P.A[:, :, None] * P.A[:, None, :])
+        self.BinvV = self.Hinv * P.Sa[:, None, :]  # column j: H_m⁻¹ (Sa_mj e_j)
+        K = np.diag(1.0 / np.maximum(w.r3, 1e-300)) + np.einsum("mj,mjl->jl", P.Sa, self.BinvV)
+        if P.has_z:
+            self.Binv_b = -(w.r1 * P.g / denom)[:, None] * Ra  # H_m⁻¹ b_m, b_m = -w1 g a_m
+            c = (P.Sa * self.Binv_b).sum(axis=0)
+            system = np.zeros((k + 1, k + 1))
+            system[:k, :k], system[:k, k], system[k, :k] = K, c, -c
+            system[k, k] = float((w.r1 * P.g * P.g / denom).sum())
+        else:
+            system = K
+        self.system_inv = np.linalg.inv(system)
+
+    def _direct(self, rx: np.ndarray, rz: float) -> tuple[np.ndarray, float]:
+        P = self.P
+        k = P.A.shape[1]
+        t = np.einsum("mjl,ml->mj", self.Hinv, rx)  # B⁻¹ rx
+        rhs = (P.Sa * t).sum(axis=0)
+        if P.has_z:
+            rhs = np.append(rhs, rz + float(((self.w.r1 * P.g)[:, None] * P.A * t).sum()))
+        sol = self.system_inv @ rhs
+        dx = t - np.einsum("mjl,l->mj", self.BinvV, sol[:k])
+        dz = 0.0
+        if P.has_z:
+            dz = float(sol[k])
+            dx = dx - self.Binv_b * dz
+        return np.where(P.allowed, dx, 0.0), dz
+
+    def solve(self, rx: np.ndarray, rz: float) -> tuple[np.ndarray, float]:
+        """Direct solve plus iterative refinement: near the optimum D spans many
+        orders of magnitude and the elimination loses digits; the residual,
+        computed with G and G' directly, wins them back."""
+        dx, dz = self._direct(rx, rz)
+        for _ in range(REFINEMENTS):
+            hx, hz = self.P.GT(self.w_flat * self.P.G(dx, dz))
+            ex, ez = self._direct(rx - hx - 1e-12 * dx, rz - hz)
+            dx, dz = dx + ex, dz + ez
+        return dx, dz
+
+
+@dataclass
+class _Split:
+    r0: np.ndarray
+    r1: np.ndarray
+    r2: np.ndarray
+    r3: np.ndarray
+
+
+def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
+    """Largest α <= 1 with v + α dv >= 0."""
+    neg = dv < 0
+    return min(1.0, float(np.min(-v[neg] / dv[neg]))) if neg.any() else 1.0
+
+
+def _ipm(lp: BlockLP, deadline: float) -> BlockSolution:
+    t0 = time.perf_counter()
+    n, k = lp.n, lp.k
+    if n == 0:
+        return BlockSolution(True, "optimal", np.zeros((0, k)), 0.0, None, 0.0, np.zeros(0), np.zeros(k), 0.0, "ipm")
+    P = _Problem.of(lp)
+    x, z = _start(P)
+    s = np.maximum(P.h - P.G(x, z), 1.0)
+    lam = np.ones_like(s)
+    count = len(s)
+    scale_p = 1.0 + float(np.abs(P.h).max())
+    scale_d = 1.0 + max(float(np.abs(P.qx).max()), abs(P.qz))
+    best, best_merit, status, it = None, np.inf, "iteration limit", 0
+    for it in range(1, MAX_ITERATIONS + 1):
+        gx, gz = P.GT(lam)
+        rdx, rdz = P.qx + gx, P.qz + gz
+        rp = P.G(x, z) + s - P.h
+        mu = float(s @ lam) / count
+        pobj = float((P.qx * x).sum() + P.qz * z)
+        dobj = -float(P.h @ lam)
+        merit = max(
+            float(np.abs(rp).max()) / scale_p / FEASIBILITY_TOL,
+            max(float(np.abs(rdx).max()), abs(rdz)) / scale_d / FEASIBILITY_TOL,
+            abs(pobj - dobj) / (1.0 + abs(pobj)) / GAP_TOL,
+        )
+        if not np.isfinite(merit):
+            status = "numerical trouble"
+            break
+        if merit < best_merit:
+            best, best_merit = (x, z, lam), merit
+        if merit <= 1.0:
+            status = "optimal"
+            break
+        if merit > 1e6 * best_merit or time.perf_counter() > deadline:
+            status = "stalled" if merit > 1e6 * best_merit else "time_limit"
+            break
+        w = lam / s
+        newton = _Newton(P, w)
+
+        def direction(rc: np.ndarray):
+            t = w * (rp + rc / lam)
+            tx, tz = P.GT(t)
+            dx, dz = newton.solve(-rdx - tx, -rdz - tz)
+            dlam = w * (P.G(dx, dz) + rp + rc / lam)
+            return dx, dz, (rc - s * dlam) / lam, dlam
+
+        rc_aff = -(s * lam)
+        dx, dz, ds, dl = direction(rc_aff)
+        a_aff = min(_max_step(s, ds), _max_step(lam, dl))
+        sigma = (float((s + a_aff * ds) @ (lam + a_aff * dl)) / count / mu) ** 3 if mu > 0 else 0.0
+        dx, dz, ds, dl = direction(rc_aff - ds * dl + sigma * mu)
+        alpha = min(1.0, 0.99 * min(_max_step(s, ds), _max_step(lam, dl)))
+        x = np.where(P.allowed, x + alpha * dx, 0.0)
+        z = z + alpha * dz
+        s = s + alpha * ds
+        lam = lam + alpha * dl
+    seconds = time.perf_counter() - t0
+    # A stalled run whose best iterate is within 100× of the tolerances is still
+    # a solution to ~1e-7 (what Clarabel's default "almost solved" accepts).
+    if status != "optimal" and best is not None and best_merit <= 100.0:
+        status = "optimal"
+    if status != "optimal":
+        return BlockSolution(False, status, None, float("nan"), None, float("nan"), None, None, seconds, "ipm", it,
+                             message=f"block IPM stopped: {status} after {it} iterations")
+    x, z, lam = best
+    X = np.clip(x, 0.0, None)
+    W = np.maximum(np.asarray(lp.W, dtype=float), 1e-300)
+    value = float((lp.objective_X() * X).sum() + (lp.c_z * z if lp.has_z else 0.0))
+    _, share_dual, _, cap = P.split(lam)
+    return BlockSolution(True, "optimal", X, float(z) if lp.has_z else float("nan"), None, value, share_dual,
+                         cap / W, seconds, "ipm", it)
+
+
+def _start(P: _Problem) -> tuple[np.ndarray, float]:
+    """A point well inside the time and capacity rows; z just below the smallest share."""
+    per_row = np.maximum(P.allowed.sum(axis=1), 1)
+    x = np.where(P.allowed, 0.5 / per_row[:, None], 0.0)
+    use = (P.Sa * x).sum(axis=0)
+    x = x * np.minimum(1.0, 0.5 / np.maximum(use, 1e-300))[None, :]
+    z = 0.0
+    if P.has_z and len(P.rows):
+        h1 = P.h[len(P.entries) : len(P.entries) + len(P.rows)]  # -l on the share rows
+        live = P.g[P.rows] > 0
+        if live.any():
+            m = P.rows[live]
+            z = float(np.min(((P.A[m] * x[m]).sum(axis=1) + h1[live]) / P.g[m])) - 1.0
+    return x, z
