@@ -182,7 +182,8 @@ class Snapshot(_Strict):
     @model_validator(mode="after")
     def _check_jobs(self) -> "Snapshot":
         ids = [j.id for j in self.jobs]
-        if len(set(ids)) != len(ids):
+        id_set = set(ids)  # built once: checking each job against it keeps parsing linear in the job count
+        if len(id_set) != len(ids):
             seen: set[str] = set()
             dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise ValueError(f"jobs: duplicate job id {dup!r}")
@@ -198,7 +199,7 @@ class Snapshot(_Strict):
                     f"jobs[{i}].scale_factor: job {j.id!r} needs {j.scale_factor} GPUs, more than any "
                     f"type it can run on has"
                 )
-            _check_colocated(i, j, set(ids), types)
+            _check_colocated(i, j, id_set, types)
             for t in (j.goodput.perf_params if j.goodput else {}):
                 if t not in types:
                     raise ValueError(f"jobs[{i}].goodput.perf_params: unknown GPU type {t!r}")
