@@ -299,6 +299,8 @@ class _Problem:
     rows: np.ndarray  # indices of share rows
     h: np.ndarray  # right-hand side, flat
     has_z: bool
+    eye: np.ndarray = None  # (k, k)
+    both: np.ndarray = None  # (n, k, k) both entries allowed
 
     @classmethod
     def of(cls, lp: BlockLP) -> "_Problem":
@@ -314,7 +316,8 @@ class _Problem:
             g=np.where(has_row, lp.g, 0.0) if lp.has_z else np.zeros(lp.n),
             Sa=np.where(allowed, np.asarray(lp.S, dtype=float)[:, None] / W[None, :], 0.0),
             qx=np.where(allowed, -lp.objective_X(), 0.0), qz=-float(lp.c_z), allowed=allowed,
-            entries=entries, rows=rows, h=h, has_z=lp.has_z,
+            entries=entries, rows=rows, h=h, has_z=lp.has_z, eye=np.eye(lp.k),
+            both=allowed[:, :, None] & allowed[:, None, :],
         )
 
     def split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -354,19 +357,22 @@ class _Newton:
         w = _Split(*P.split(w_flat))
         self.w = w
         k = P.A.shape[1]
-        eye = np.eye(k)
-        allowed = P.allowed.astype(float)
-        both = (allowed[:, :, None] * allowed[:, None, :]) > 0
-        # R_m = diag(w0) + w2 e e' (x >= 0 and time rows), identity on entries fixed at 0.
-        reg = 1e-13 * (w.r0.max(axis=1) + w.r2 + w.r1 * (P.A * P.A).sum(axis=1)) + 1e-300  # relative regularization
-        R = np.where(both, (w.r0 + reg[:, None])[:, :, None] * eye + w.r2[:, None, None] * both, eye)
-        Ra = np.linalg.solve(R, P.A[:, :, None])[:, :, 0]
-        denom = 1.0 + w.r1 * (P.A * Ra).sum(axis=1)
-        self.Hinv = np.linalg.inv(R + w.r1[:, None, None] * P.A[:, :, None] * P.A[:, None, :])
+        A = P.A
+        reg = 1e-13 * (w.r0.max(axis=1) + w.r2 + w.r1 * (A * A).sum(axis=1)) + 1e-300  # relative regularization
+        w0 = w.r0 + reg[:, None]
+        # H_m = diag(w0) + w2 e e' + w1 a a' on allowed entries, identity on entries fixed at 0.
+        H = w0[:, :, None] * P.eye + w.r2[:, None, None] * P.both + w.r1[:, None, None] * A[:, :, None] * A[:, None, :]
+        self.Hinv = np.linalg.inv(np.where(P.both, H, P.eye))
+        # ρ = a' R⁻¹ a, R = diag(w0) + w2 e e', in a form with no subtraction:
+        # (Σ d a² + w2 · ½ Σ_jl d_j d_l (a_j − a_l)²) / (1 + w2 Σ d),  d = 1/w0.
+        d = np.where(P.allowed, 1.0 / w0, 0.0)
+        spread = 0.5 * (d[:, :, None] * d[:, None, :] * (A[:, :, None] - A[:, None, :]) ** 2).sum(axis=(1, 2))
+        rho = ((d * A * A).sum(axis=1) + w.r2 * spread) / (1.0 + w.r2 * d.sum(axis=1))
+        denom = 1.0 + w.r1 * rho
         self.BinvV = self.Hinv * P.Sa[:, None, :]  # column j: H_m⁻¹ (Sa_mj e_j)
         K = np.diag(1.0 / np.maximum(w.r3, 1e-300)) + np.einsum("mj,mjl->jl", P.Sa, self.BinvV)
         if P.has_z:
-            self.Binv_b = -(w.r1 * P.g / denom)[:, None] * Ra  # H_m⁻¹ b_m, b_m = -w1 g a_m
+            self.Binv_b = -(w.r1 * P.g)[:, None] * np.einsum("mjl,ml->mj", self.Hinv, A)  # H_m⁻¹ b_m, b_m = -w1 g a_m
             c = (P.Sa * self.Binv_b).sum(axis=0)
             system = np.zeros((k + 1, k + 1))
             system[:k, :k], system[:k, k], system[k, :k] = K, c, -c
