@@ -1,0 +1,239 @@
+"""Gavel's priority walk (DESIGN.md §6): which units run this round on which
+GPU type. A unit is one job on exactly its width of GPUs, or a packed pair
+sharing its GPUs.
+
+For unit u and type j, with r[u, j] the rounds u received on j and p[u] the
+rounds it has been present since the last allocation reset (both starting at
+Gavel's prior of half a round):
+
+    fraction[u, j] = r[u, j] / p[u]
+    priority[u, j] = X[u, j] / fraction[u, j]      (> 1: below its share)
+                   = X[u, j] · 1e9                  never ran (fraction "0")
+                   = 0                              X = 0, or cannot run on j
+
+Entries (u, j) are sorted by (priority, deficit, X) descending — the queue
+discipline decides how types interleave — and taken greedily, skipping units
+already scheduled this round and units wider than the GPUs left on the type:
+
+- ``phased`` (default): type by type, first the entries with priority ≥ 1
+  (at or below their share), then the rest, so a job above its share on the
+  first type is not taken there before the type where it is behind;
+- ``per_type``: type by type, Gavel's walk;
+- ``global``: one queue across types (Gavel's ``enable_global_queue``);
+- ``gavel``: Gavel's code as it is: the walk also takes entries of priority 0
+  (X = 0 on the type, positive throughput) once the positive ones are served;
+  no never-run boost (Gavel's prior keeps the fraction positive); exact ties
+  go to the earlier job; a job the allocation does not name holds the GPUs
+  its entry took but does not run (Gavel counts it, then skips it).
+
+Then (``work_conserving``, not ``gavel``) idle GPUs go to the units still
+waiting that can use them: those already running on the type first, then the
+least served, then the tie-break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+
+import numpy as np
+
+from optsched.allocator.state import PRIOR_ROUNDS, PairMemory
+from optsched.model import OptschedError
+
+NEVER_RUN = 1e9  # Gavel's X·1e9 for a zero fraction (not inf, so 2x stays larger)
+QUEUES = ("phased", "per_type", "global", "gavel")
+
+Units = list[list[tuple[tuple[int, ...], int]]]  # per column: (member jobs, width)
+
+
+@dataclass(frozen=True)
+class WalkOptions:
+    queue: str = "phased"
+    work_conserving: bool = True
+    order: tuple[int, ...] = ()  # columns in walk order
+    shuffle: bool = False  # a fresh permutation of ``order`` every round
+    seed: int = 0
+
+    def type_walk(self, digest: int) -> tuple[list[int], np.ndarray]:
+        """This round's type order, and each column's place in it. Shuffled
+        from (seed, a digest of the state), so a restored allocator shuffles
+        exactly as the live one."""
+        walk = list(self.order)
+        if self.shuffle:
+            walk = np.random.default_rng((self.seed, digest)).permutation(walk).tolist()
+        pos = np.empty(len(walk), dtype=np.int64)
+        pos[walk] = np.arange(len(walk))
+        return walk, pos
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Each job's standing this round, in the order of the round's jobs."""
+
+    x: np.ndarray  # (n, k) allocation, zero where the job cannot run
+    received: np.ndarray  # (n, k) rounds received, prior included
+    present: np.ndarray  # (n,) rounds present, prior included
+    deficit: np.ndarray  # (n, k)
+    tiebreak: np.ndarray  # (n,)
+    ever: np.ndarray  # (n,) bool: ran before
+    covered: np.ndarray  # (n,) bool: the allocation names the job
+    usable: np.ndarray  # (n, k) bool: positive throughput and enough GPUs
+    widths: list[int]  # scale factors
+    held: Callable[[int], Container[int]]  # job row -> the columns it held last round
+
+
+@dataclass(frozen=True)
+class PairEntry:
+    a: int  # rows of the members in the round's jobs
+    b: int
+    x: np.ndarray  # (k,) the pair's fractions
+    memory: PairMemory | None  # None: the pair never ran nor was allocated
+
+
+def job_priority(st: Standing, gavel: bool) -> np.ndarray:
+    """priority = X / (received / present); X·1e9 for a unit that never ran
+    ("gavel": only where nothing was received); 0 where X = 0."""
+    fresh = (st.received <= 0) if gavel else ~st.ever[:, None] | (st.received <= 0)
+    pri = st.x * st.present[:, None]
+    np.divide(pri, st.received, out=pri, where=~fresh)
+    if fresh.any():
+        pri[fresh] = st.x[fresh] * NEVER_RUN
+    return pri
+
+
+def pair_priority(p: PairEntry, usable: np.ndarray) -> np.ndarray:
+    m, k = p.memory, len(p.x)
+    ran = m is not None and m.ran
+    r = m.received if m is not None else np.full(k, PRIOR_ROUNDS)
+    present = m.present if m is not None else PRIOR_ROUNDS
+    ok = usable[p.a] & usable[p.b] & (p.x > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, np.where(ran & (r > 0), p.x * present / r, p.x * NEVER_RUN), 0.0)
+
+
+def walk(st: Standing, pairs: list[PairEntry], opts: WalkOptions, capacity: np.ndarray, digest: int) -> Units:
+    """The units that run this round, per column, in the order taken."""
+    n, k = len(st.widths), len(capacity)
+    gavel = opts.queue == "gavel"
+    pri = job_priority(st, gavel)
+    # Pairs are packed only with the same scale factor (as Gavel does).
+    pairs = [p for p in pairs if st.widths[p.a] == st.widths[p.b]]
+    pair_pri = [pair_priority(p, st.usable) for p in pairs]
+    queue = _entries(st, pri, pairs, pair_pri, gavel)
+    type_walk, pos = opts.type_walk(digest)
+    units: Units = [[] for _ in range(k)]
+    left = capacity.tolist()
+    sched = _take(queue, _order(queue, opts.queue, pos), st, pairs, left, units, gavel)
+    if not gavel and opts.work_conserving and sum(left) and not all(sched):
+        _fill_idle(st, sched, left, units, type_walk)
+    return units
+
+
+@dataclass(frozen=True)
+class _Queue:
+    unit: np.ndarray  # entry -> job row (< n) or n + pair index
+    col: np.ndarray
+    pri: np.ndarray
+    deficit: np.ndarray
+    x: np.ndarray
+    tiebreak: np.ndarray
+
+
+def _entries(st: Standing, pri, pairs: list[PairEntry], pair_pri, gavel: bool) -> _Queue:
+    """All (unit, type) entries with a positive priority ("gavel": every usable one)."""
+    col, ent = np.nonzero((st.usable if gavel else pri > 0).T)
+    q = [ent, col, pri[ent, col], st.deficit[ent, col], st.x[ent, col], st.tiebreak[ent]]
+    n = len(st.widths)
+    for i, (p, pp) in enumerate(zip(pairs, pair_pri)):
+        cs = np.flatnonzero(pp > 0)
+        d = p.memory.deficit if p.memory is not None else np.zeros(len(p.x))
+        extra = [np.full(len(cs), n + i), cs, pp[cs], d[cs], p.x[cs],
+                 np.full(len(cs), 0.5 * (st.tiebreak[p.a] + st.tiebreak[p.b]))]
+        q = [np.concatenate([a, b]) for a, b in zip(q, extra)]
+    return _Queue(*q)
+
+
+def _order(q: _Queue, discipline: str, pos: np.ndarray) -> np.ndarray:
+    """Entry order: (priority, deficit, X) descending, then the tie-break
+    ("gavel": the earlier job); by type first for the per-type walks."""
+    keys = [q.unit if discipline == "gavel" else q.tiebreak, -q.x, -q.deficit, -q.pri]
+    if discipline in ("per_type", "gavel"):
+        keys.append(pos[q.col])
+    elif discipline == "phased":
+        keys += [pos[q.col], q.pri < 1.0]
+    return np.lexsort(keys)
+
+
+def _take(q: _Queue, order, st: Standing, pairs: list[PairEntry], left: list[int], units: Units, gavel: bool) -> list[bool]:
+    """Greedy walk down the queue; returns which jobs are scheduled."""
+    n, sfl = len(st.widths), st.widths
+    sched = [False] * n
+    unscheduled, total = n, sum(left)
+    covered = st.covered
+    for e, c in zip(q.unit[order].tolist(), q.col[order].tolist()):
+        if total == 0 or unscheduled == 0:
+            break  # the rest of the queue can only be skipped
+        if left[c] == 0:
+            continue
+        if e < n:
+            if sched[e] or sfl[e] > left[c]:
+                continue
+            sched[e] = True
+            unscheduled -= 1
+            w = sfl[e]
+            if covered[e] or not gavel:
+                units[c].append(((e,), w))
+        else:
+            a, b = pairs[e - n].a, pairs[e - n].b
+            if sched[a] or sched[b] or sfl[a] > left[c]:
+                continue
+            sched[a] = sched[b] = True
+            unscheduled -= 2
+            w = sfl[a]
+            units[c].append(((a, b), w))
+        left[c] -= w
+        total -= w
+    return sched
+
+
+def _fill_idle(st: Standing, sched: list[bool], left: list[int], units: Units, type_walk: list[int]) -> None:
+    """Work conservation: idle GPUs to waiting jobs — those already on the
+    type first (no needless preemption or move), then the least served, then
+    the tie-break. Few jobs wait here (mostly arrivals the allocation does not
+    cover yet), so the candidates are sorted in Python."""
+    sfl = st.widths
+    waiting = [m for m in range(len(sfl)) if not sched[m]]
+    can_use = st.usable[waiting].tolist()
+    served = (st.received.sum(axis=1) / np.maximum(st.present, 1.0))[waiting].tolist()
+    tb = st.tiebreak[waiting].tolist()
+    was_on = [st.held(m) for m in waiting]
+    for c in type_walk:
+        if left[c] == 0:
+            continue
+        cand = [i for i, m in enumerate(waiting) if can_use[i][c] and not sched[m] and sfl[m] <= left[c]]
+        cand.sort(key=lambda i: (c not in was_on[i], served[i], tb[i]))  # stable: ties keep job order
+        for i in cand:
+            m = waiting[i]
+            if left[c] == 0:
+                break
+            if sfl[m] > left[c]:
+                continue
+            sched[m] = True
+            left[c] -= sfl[m]
+            units[c].append(((m,), sfl[m]))
+
+
+def units_from_counts(counts: np.ndarray, capacity: np.ndarray, gpu_types: tuple[str, ...]) -> Units:
+    """Configuration policies: every job runs on exactly its GPU counts (the
+    policy made them fit; checked here)."""
+    over = counts.sum(axis=0) > capacity
+    if over.any():
+        c = int(np.flatnonzero(over)[0])
+        raise OptschedError(
+            f"allocation.gpu_counts: {int(counts[:, c].sum())} {gpu_types[c]} GPUs requested, {int(capacity[c])} exist"
+        )
+    units: Units = [[] for _ in range(len(capacity))]
+    for m, c in zip(*np.nonzero(counts)):
+        units[c].append(((int(m),), int(counts[m, c])))
+    return units
