@@ -65,10 +65,8 @@ def pollux_workload(w: int, load: float = 1.0):
     the same 8 hours, renamed ``<application>-<index>`` in arrival order."""
     import pandas as pd
 
-    from optsched.sim.elastic import read_workload
-
     def read(k: int):
-        return read_workload(PEER / "pollux" / "workloads" / f"workload-{(w - 1 + k) % 8 + 1}.csv")
+        return pd.read_csv(PEER / "pollux" / "workloads" / f"workload-{(w - 1 + k) % 8 + 1}.csv")
 
     n = round(POLLUX_JOBS * load)
     if not 0 < n <= 8 * POLLUX_JOBS:
@@ -86,20 +84,21 @@ def pollux(workloads: str = "", policies=("pollux", "tiresias", "fifo"), loads=(
     from rich.console import Console
     from rich.table import Table
 
-    from optsched.goodput.profiles import pollux_applications
-    from optsched.sim.elastic import ElasticSimulator, summarize
+    from optsched.sim import simulate
+    from optsched.sim.jobs import parse_cluster
+    from optsched.traces.pollux import workload_trace
 
-    apps = pollux_applications(PEER)
+    cluster = parse_cluster(None, "16x4")
     ids = _workloads(workloads, 8)
     res: dict[tuple[float, str], list[float]] = {}
     wall: dict[tuple[float, str], float] = {}
     for load in loads:
         for w in ids:
-            wl = pollux_workload(w, load)
+            wl = workload_trace(pollux_workload(w, load), f"workload-{w}@{load:g}")
             for p in policies:
                 t0 = time.perf_counter()
-                sim = ElasticSimulator(wl, apps, {"gpu": (16, 4)}, p)
-                res.setdefault((load, p), []).append(summarize(sim.run())["avg_jct"])
+                r = simulate(wl, cluster, policy=p, skip_unrunnable=True)  # 60 s rounds, 30 s restarts
+                res.setdefault((load, p), []).append(r.summary["avg_jct"])
                 wall[load, p] = wall.get((load, p), 0.0) + time.perf_counter() - t0
     t = Table(title=f"Pollux workloads {ids[0]}-{ids[-1]} on 16×4 GPUs (avg JCT, s)", header_style="bold")
     for c in ("load", "jobs", "policy", "ours", "published", "ours/published", "tiresias/pollux (pub.)", "wall s"):
@@ -124,19 +123,22 @@ def sia(workloads: str = "", policies=("sia", "pollux", "max_min_fairness")) -> 
     from rich.console import Console
     from rich.table import Table
 
-    from optsched.goodput.profiles import sia_applications
-    from optsched.sim.elastic import ElasticSimulator, read_workload, summarize
+    from optsched.model import Cluster, Server
+    from optsched.sim import simulate
 
-    apps = sia_applications(PEER)
+    servers = [Server(id=f"{t}-{i}", gpu_type=t, gpus=per) for t, (count, per) in SIA_CLUSTER.items() for i in range(count)]
+    cluster = Cluster(gpus={t: count * per for t, (count, per) in SIA_CLUSTER.items()}, servers=servers)
     ids = _workloads(workloads, 10)
     res: dict[str, list[dict]] = {p: [] for p in policies}
     wall: dict[str, float] = {p: 0.0 for p in policies}
     for w in ids:
-        wl = read_workload(PEER / "sia" / "workloads" / "saturn" / f"workload-{w}.csv")
+        wl = PEER / "sia" / "workloads" / "saturn" / f"workload-{w}.csv"
         for p in policies:
             t0 = time.perf_counter()
-            sim = ElasticSimulator(wl, apps, SIA_CLUSTER, p, restart_seconds="application")
-            res[p].append(summarize(sim.run()))
+            # Gavel's baseline in rounds of 360 s; the elastic policies every 60 s; per-application restarts.
+            r = simulate(wl, cluster, policy=p, round_length=360.0 if p == "max_min_fairness" else 60.0,
+                         restart_overhead="application", skip_unrunnable=True)
+            res[p].append(r.summary)
             wall[p] += time.perf_counter() - t0
     t = Table(title=f"Sia: Saturn workloads {ids[0]}-{ids[-1]}, 64 GPUs (T4/A100/RTX), hours", header_style="bold")
     for c in ("policy", "avg JCT", "pub.", "p99 JCT", "pub.", "makespan", "pub.", "wall s"):
@@ -144,7 +146,7 @@ def sia(workloads: str = "", policies=("sia", "pollux", "max_min_fairness")) -> 
     for p in policies:
         avg = np.mean([r["avg_jct"] for r in res[p]]) / 3600
         p99 = np.mean([r["p99_jct"] for r in res[p]]) / 3600
-        mk = np.mean([r["makespan"] for r in res[p]]) / 3600
+        mk = np.mean([r["makespan"] if r["jobs_unfinished"] == 0 else np.nan for r in res[p]]) / 3600
         pub = SIA_PUBLISHED[p]
         t.add_row(p, f"{avg:.2f}", f"{pub[0]}", f"{p99:.1f}", f"{pub[1]}", f"{mk:.1f}", f"{pub[2]}", f"{wall[p]:.0f}")
     Console(width=160).print(t)

@@ -234,9 +234,9 @@ def test_job_the_cluster_can_never_run_is_an_error_or_a_counted_skip():
     assert r.summary["skipped_jobs"] == n_wide and r.summary["jobs"] == 30 - n_wide
 
 
-def test_goodput_workload_is_refused_clearly(peer_data):
-    with pytest.raises(OptschedError, match="no job length"):
-        simulate(peer_data / "pollux" / "workloads" / "workload-1.csv")
+def test_goodput_workload_under_a_policy_needing_lengths_is_refused_by_name(peer_data):
+    with pytest.raises(OptschedError, match="--policy: srtf needs job lengths"):
+        simulate(peer_data / "pollux" / "workloads" / "workload-1.csv", policy="srtf")
 
 
 @pytest.mark.parametrize("spec", ["v100=0", "v100", "v100=x", ""])

@@ -4,8 +4,8 @@
 at submission, ``application`` one of the profiled apps (bert, cifar10,
 deepspeech2, imagenet, ncf, yolov3). These workloads carry no job length: in
 Pollux's and Sia's simulators a job runs until a fixed number of epochs under a
-goodput model. Until the goodput simulator lands, ``steps_total``/``duration``
-stay NaN and `simulate` refuses them with a clear message.
+goodput model: ``steps_total`` is inf (no length) and ``duration`` NaN, which
+makes every job elastic for the simulator (optsched/sim/goodput_jobs.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from optsched.model import OptschedError
 from optsched.traces.csvutil import read_csv_checked
 from optsched.traces.trace import Trace, make_trace, numeric_column
 
@@ -23,6 +24,19 @@ COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 
 def read_pollux(path: str | os.PathLike) -> Trace:
     df, rows, where = read_csv_checked(path, COLUMNS, "pollux")
+    return _trace(df, rows, where, str(path))
+
+
+def workload_trace(df: pd.DataFrame, source: str = "") -> Trace:
+    """A Trace from a workload DataFrame (the CSV's columns), e.g. a resampled one."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise OptschedError(f"pollux workload {source}: missing column {missing[0]!r}")
+    df = df.reset_index(drop=True).astype({c: str for c in COLUMNS})
+    return _trace(df, np.arange(2, len(df) + 2), f"pollux workload {source}".strip(), source)
+
+
+def _trace(df: pd.DataFrame, rows, where: str, source: str) -> Trace:
     rec = {
         "job_id": df["name"].tolist(),
         "arrival_time": numeric_column(df["time"], "time", rows, where),
@@ -35,7 +49,7 @@ def read_pollux(path: str | os.PathLike) -> Trace:
         "steps_total": np.full(len(df), np.inf),
     }
     batch = numeric_column(df["batch_size"], "batch_size", rows, where, integer=True)
-    return make_trace(rec, "pollux", str(path), speed="goodput", extra={"batch_size": batch.astype(np.int64)},
+    return make_trace(rec, "pollux", source, speed="goodput", extra={"batch_size": batch.astype(np.int64)},
                       notes=("Pollux/Sia workloads have no job length: jobs run to a target epoch count under a goodput model",))
 
 

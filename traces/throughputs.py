@@ -7,7 +7,8 @@ One reader serves Gavel's ``simulation_throughputs.json`` and the project's own
                                                  "('Other', s)": [t_self, t_other], ...}}}
 
 Keys are Python-tuple strings; ``"null"`` is the job alone; pair keys are
-space-sharing throughputs (read but not used by the simulator yet). GPU types
+space-sharing throughputs ``[t_self, t_other]`` when packed with that job type
+(``pairs``; `simulate --packing` uses them). GPU types
 whose name ends in ``_unconsolidated`` (Gavel: spread placement) are kept apart
 in ``unconsolidated`` and not offered as cluster types.
 
@@ -40,6 +41,16 @@ class ThroughputTable:
     gpu_types: tuple[str, ...]
     source: str = ""
     unconsolidated: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    # (job type a, job type b) -> {gpu_type: (t_a, t_b)} steps/s of each when packed together
+    pairs: dict[tuple[tuple[str, int], tuple[str, int]], dict[str, tuple[float, float]]] = field(default_factory=dict)
+
+    def pair(self, a: tuple[str, int], b: tuple[str, int]) -> dict[str, tuple[float, float]]:
+        """Packed throughputs of job types a and b per GPU type ({} when not measured)."""
+        got = self.pairs.get((a, b))
+        if got is not None:
+            return got
+        rev = self.pairs.get((b, a))
+        return {t: (y, x) for t, (x, y) in rev.items()} if rev else {}
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -91,6 +102,7 @@ def parse_throughputs(data: dict, source: str = "") -> ThroughputTable:
         raise OptschedError(f"throughput table {source}: top level must be a non-empty object of GPU types")
     alone: dict[tuple[str, int], dict[str, float]] = {}
     uncons: dict[tuple[str, int], dict[str, float]] = {}
+    pairs: dict = {}
     types = []
     for gpu_type, entries in data.items():
         target = uncons if gpu_type.endswith("_unconsolidated") else alone
@@ -106,7 +118,17 @@ def parse_throughputs(data: dict, source: str = "") -> ThroughputTable:
             if not isinstance(x, (int, float)) or not np.isfinite(x) or x < 0:
                 raise OptschedError(f"{where}: 'null' throughput must be a non-negative number, got {x!r}")
             target.setdefault(job_type, {})[name] = float(x)
-    return ThroughputTable(alone=alone, gpu_types=tuple(sorted(types)), source=source, unconsolidated=uncons)
+            if target is alone and isinstance(val, dict):
+                for other, rates in val.items():
+                    if other == "null":
+                        continue
+                    if not (isinstance(rates, (list, tuple)) and len(rates) == 2
+                            and all(isinstance(r, (int, float)) and np.isfinite(r) and r >= 0 for r in rates)):
+                        raise OptschedError(f"{where}[{other!r}]: a pair throughput must be [t_self, t_other] >= 0, got {rates!r}")
+                    pairs.setdefault((job_type, _parse_key(other, f"{where}[{other!r}]")), {})[name] = (
+                        float(rates[0]), float(rates[1]))
+    return ThroughputTable(alone=alone, gpu_types=tuple(sorted(types)), source=source, unconsolidated=uncons,
+                           pairs=pairs)
 
 
 def read_throughputs(path: str | os.PathLike) -> ThroughputTable:

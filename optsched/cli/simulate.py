@@ -7,7 +7,6 @@ Heavy imports stay inside the commands (``optsched --help`` stays fast).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -21,29 +20,30 @@ app.add_typer(trace_app, name="trace")
 
 SUMMARY_ROWS = (
     ("jobs completed", "jobs_completed", "n"),
-    ("avg JCT", "avg_jct", "h"),
-    ("median JCT", "median_jct", "h"),
-    ("p95 JCT", "p95_jct", "h"),
-    ("p99 JCT", "p99_jct", "h"),
-    ("window avg JCT", "window_avg_jct", "h"),
-    ("makespan", "makespan", "h"),
-    ("avg responsiveness", "avg_responsiveness", "h"),
+    ("avg JCT", "avg_jct", "t"),
+    ("median JCT", "median_jct", "t"),
+    ("p95 JCT", "p95_jct", "t"),
+    ("p99 JCT", "p99_jct", "t"),
+    ("window avg JCT", "window_avg_jct", "t"),
+    ("makespan", "makespan", "t"),
+    ("avg responsiveness", "avg_responsiveness", "t"),
     ("FTF ρ median / p95", ("ftf_rho_median", "ftf_rho_p95"), "x"),
     ("GPU-hours", "gpu_hours", "n"),
     ("preemptions", "preemptions", "n"),
     ("migrations", "migrations", "n"),
     ("rounds / recomputations", ("rounds", "recomputations"), "n"),
     ("solver time", "solver_seconds", "s"),
+    ("goodput refit time", "fit_seconds", "s"),
     ("wall time", "wall_seconds", "s"),
     ("skipped jobs", "skipped_jobs", "n"),
 )
 
 
-def _fmt(v, unit: str) -> str:
-    if v is None:
+def _fmt(v, unit: str, time_unit: str = "h") -> str:
+    if v is None or (isinstance(v, float) and v != v):
         return "–"
-    if unit == "h":
-        return f"{v / 3600:.2f} h"
+    if unit == "t":
+        return f"{v / 3600:,.2f} h" if time_unit == "h" else f"{v:,.1f} s"
     if unit == "s":
         return f"{v:.2f} s"
     if unit == "x":
@@ -51,13 +51,15 @@ def _fmt(v, unit: str) -> str:
     return f"{v:,.0f}" if isinstance(v, (int, float)) and float(v).is_integer() else f"{v:,.2f}"
 
 
-def _cell(summary: dict, key, unit: str) -> str:
+def _cell(summary: dict, key, unit: str, time_unit: str) -> str:
     if isinstance(key, tuple):
-        return " / ".join(_fmt(summary.get(k), unit) for k in key)
-    return _fmt(summary.get(key), unit)
+        return " / ".join(_fmt(summary.get(k), unit, time_unit) for k in key)
+    return _fmt(summary.get(key), unit, time_unit)
 
 
 def _summary_table(summaries: dict[str, dict], title: str) -> Table:
+    """One column per run; times in seconds when every run is second-scale, else hours."""
+    time_unit = "s" if all(s.get("time_unit") == "s" for s in summaries.values()) else "h"
     t = Table(title=title, show_edge=False, header_style="bold")
     t.add_column("metric")
     for name in summaries:
@@ -65,7 +67,11 @@ def _summary_table(summaries: dict[str, dict], title: str) -> Table:
     for label, key, unit in SUMMARY_ROWS:
         if key == "window_avg_jct" and not any("window_avg_jct" in s for s in summaries.values()):
             continue
-        t.add_row(label, *[_cell(s, key, unit) for s in summaries.values()])
+        if key == "fit_seconds" and not any(s.get("fit_seconds") for s in summaries.values()):
+            continue
+        if key == ("ftf_rho_median", "ftf_rho_p95") and all(s.get("ftf_rho_median") is None for s in summaries.values()):
+            continue
+        t.add_row(label, *[_cell(s, key, unit, time_unit) for s in summaries.values()])
     util = {n: s.get("utilization", {}) for n, s in summaries.items()}
     for gpu in next(iter(util.values()), {}):
         t.add_row(f"utilization {gpu}", *[f"{u.get(gpu, 0):.0%}" for u in util.values()])
@@ -74,13 +80,18 @@ def _summary_table(summaries: dict[str, dict], title: str) -> Table:
 
 def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str], servers: Optional[str],
           throughputs: Optional[Path], sample: Optional[int], seed: int):
-    from optsched.sim.jobs import parse_cluster
+    from optsched.sim import DEFAULT_CLUSTER, DEFAULT_ELASTIC_SERVERS
+    from optsched.sim.jobs import elastic_rows, parse_cluster
     from optsched.traces.generate import default_trace
     from optsched.traces.io import read_trace
     from optsched.traces.throughputs import read_throughputs
 
     trace = default_trace() if trace_path is None else read_trace(trace_path, fmt)
-    if sample:
+    if sample is not None:
+        if sample < 1:
+            from optsched.model import OptschedError
+
+            raise OptschedError(f"--sample: must be >= 1 job, got {sample}")
         if trace.format == "philly":
             from optsched.traces.philly import sample_philly
 
@@ -88,7 +99,10 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
         else:
             trace = trace.head(sample)
     if cluster is None and servers is None:
-        cluster = "v100=36,p100=36,k80=36"
+        if elastic_rows(trace).all():
+            servers = DEFAULT_ELASTIC_SERVERS
+        else:
+            cluster = DEFAULT_CLUSTER
     table = read_throughputs(throughputs) if throughputs else None
     return trace, parse_cluster(cluster, servers), table
 
@@ -96,7 +110,7 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
 def _run(trace, cl, table, policy: str, quiet: bool, progress_label: str = "", **config):
     from optsched.sim import simulate
 
-    show = not quiet and sys.stderr.isatty()
+    show = not quiet and err_console.is_terminal
     if not show:
         return simulate(trace, cl, policy=policy, throughputs=table, **config)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -111,8 +125,8 @@ def _run(trace, cl, table, policy: str, quiet: bool, progress_label: str = "", *
 
         def on_round(info: dict) -> None:
             state["n"] += 1
-            if state["n"] % 25 == 0:
-                bar.update(task, completed=info["completed"], total=info["jobs"], sim=f"{info['time'] / 3600:,.0f} h",
+            if state["n"] % 5 == 0:
+                bar.update(task, completed=info["completed"], total=info["jobs"], sim=f"{info['time'] / 3600:,.1f} h",
                            solver=info["solver_seconds"])
 
         return simulate(trace, cl, policy=policy, throughputs=table, on_round=on_round, **config)
@@ -130,167 +144,192 @@ def _window(window: Optional[str]):
     return (lo, hi)
 
 
-def _is_workload(trace: Path, fmt: Optional[str]) -> bool:
-    """Pollux/Sia workload CSVs carry no job lengths: jobs run a fixed number of
-    epochs under their application's goodput model (the elastic simulator)."""
-    from optsched.traces.io import detect_format
-
-    return (fmt or detect_format(trace)) == "pollux"
-
-
-def _simulate_elastic(trace: Path, policy: str, cluster: Optional[str], servers: Optional[str],
-                      out: Optional[Path], as_json: bool) -> None:
-    from optsched.goodput.profiles import SIA_GPU_TYPES, pollux_applications, sia_applications
+def _overhead(value: Optional[str]):
+    """--restart-overhead: seconds, or "application" (elastic jobs' own restart times)."""
+    if value is None or value == "application":
+        return value
     from optsched.model import OptschedError
-    from optsched.sim.elastic import ElasticSimulator, read_workload, summarize
-    from optsched.sim.jobs import parse_cluster
 
-    if cluster is None and servers is None:
-        servers = "16x4"  # the Pollux artifact's cluster
-    cl = parse_cluster(cluster, servers)
-    shape: dict[str, tuple[int, int]] = {}
-    for t, count in cl.gpus.items():
-        per = max((s.gpus for s in cl.servers or [] if s.gpu_type == t), default=SIA_GPU_TYPES.get(t, 4))
-        shape[t] = (count // per, per)
-    if set(shape) <= set(SIA_GPU_TYPES):
-        apps = sia_applications(gpu_types=tuple(shape))
-    elif len(shape) == 1:
-        apps = pollux_applications(gpu_type=next(iter(shape)))
-    else:
-        raise OptschedError(f"--cluster: elastic workloads run on one GPU type or on Sia's types ({', '.join(SIA_GPU_TYPES)})")
-    sim = ElasticSimulator(read_workload(trace), apps, shape, policy,
-                           restart_seconds="application" if len(shape) > 1 else 30.0)
-    if not as_json:
-        err_console.print(f"elastic simulation of {trace.name} with {policy} on {shape} (servers, GPUs/server) ...")
-    jobs = sim.run()
-    summary = summarize(jobs)
-    summary["solver_seconds"] = float(sum(sim.solve_seconds))
-    summary["fit_seconds"] = float(sum(sim.fit_seconds))
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
-        jobs.to_csv(out / "jobs.csv", index=False)
-        jobs.to_parquet(out / "jobs.parquet", index=False)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
-    t = Table(title=f"{len(jobs)} elastic jobs from {trace.name}", show_edge=False, header_style="bold")
-    t.add_column("metric")
-    t.add_column(policy, justify="right")
-    for key in ("jobs", "finished"):
-        t.add_row(key, f"{summary[key]}")
-    for key in ("avg_jct", "p99_jct", "makespan"):
-        t.add_row(key.replace("_", " "), f"{summary[key]:,.0f} s ({summary[key] / 3600:.2f} h)")
-    t.add_row("solver / refit time", f"{summary['solver_seconds']:.1f} s / {summary['fit_seconds']:.1f} s")
-    console.print(t)
+    try:
+        return float(value)
+    except ValueError:
+        raise OptschedError(f"--restart-overhead: {value!r} is not a number of seconds or 'application'") from None
+
+
+def _allocator_options(queue: Optional[str], type_order: Optional[str]) -> dict:
+    out = {}
+    if queue is not None:
+        out["queue"] = queue
+    if type_order is not None:
+        out["type_order"] = type_order if type_order in ("fixed", "shuffle") else [
+            t.strip() for t in type_order.split(",") if t.strip()]
+    return out
 
 
 COMMON = dict(
     fmt=typer.Option(None, "--format", help="gavel | tiresias | pollux | philly (detected from the file if omitted)."),
-    cluster=typer.Option(None, "--cluster", help="GPUs per type, e.g. v100=36,p100=36,k80=36 (the default)."),
+    cluster=typer.Option(None, "--cluster", help="GPUs per type, e.g. v100=36,p100=36,k80=36 (default; Pollux/Sia workloads: --servers 16x4)."),
     servers=typer.Option(None, "--servers", help="Homogeneous cluster as SERVERSxGPUS, e.g. 16x4."),
-    round_length=typer.Option(360.0, "--round-length", help="Round length, seconds."),
+    round_length=typer.Option(None, "--round-length", help="Round length, seconds (default 360; 60 for Pollux/Sia workloads)."),
     seed=typer.Option(0, "--seed", help="Seed (allocator ties, Philly job types and sampling)."),
     throughputs=typer.Option(None, "--throughputs", help="Throughput table JSON (Gavel's format); default: the built-in one."),
     min_interval=typer.Option(0.0, "--min-recompute-interval", help="Seconds between allocation recomputations at least (Gavel: 1920)."),
-    every=typer.Option(None, "--recompute-every", help="Recompute the allocation at least every K rounds."),
-    overhead=typer.Option(0.0, "--restart-overhead", help="Seconds lost when a job (re)starts or migrates."),
+    every=typer.Option(None, "--recompute-every", help="Recompute the allocation at least every K rounds (default: on arrivals/completions; every round for pollux, sia, tiresias, las, fifo, srtf, gandiva)."),
+    overhead=typer.Option(None, "--restart-overhead", help="Seconds lost when a job (re)starts, moves or resizes, or 'application' (default: 0; elastic jobs 30 s, per application on Sia's types)."),
     admission=typer.Option("accept-all", "--admission", help="accept-all | load"),
     load_factor=typer.Option(2.0, "--load-factor", help="With --admission load: admit while GPU demand <= this × GPUs."),
     window=typer.Option(None, "--window", help="Steady-state window START:END of job indices; stop when it completes."),
     sample=typer.Option(None, "--sample", help="Use only N jobs (Philly: a seeded sample; others: the first N)."),
     skip=typer.Option(False, "--skip-unrunnable", help="Drop jobs the cluster can never run (counted) instead of failing."),
-    solver=typer.Option("auto", "--solver", help="auto | highs-direct | clarabel | highs | ..."),
-    queue=typer.Option("phased", "--queue", help="Allocator walk: phased (default) | per_type | global | gavel (Gavel's code)."),
-    type_order=typer.Option("fixed", "--type-order", help="fixed (cluster order) | shuffle (every round) | v100,p100,k80."),
+    solver=typer.Option("auto", "--solver", help="auto (default: picked per policy) | clarabel | highs | highs-direct | ..."),
+    queue=typer.Option(None, "--queue", help="Allocator walk: phased (default) | per_type | global | gavel (Gavel's code)."),
+    type_order=typer.Option(None, "--type-order", help="fixed (cluster order, default) | shuffle (every round) | v100,p100,k80."),
+    placement=typer.Option("consolidated", "--placement", help="consolidated | first_fit | cpsat"),
+    packing=typer.Option(False, "--packing", help="Space sharing: pack job pairs with the throughput table's pair throughputs."),
 )
 
+DEFAULT_OUT = Path("optsched-out")
 
-def _allocator_options(queue: str, type_order: str) -> dict:
-    order = type_order if type_order in ("fixed", "shuffle") else [t.strip() for t in type_order.split(",") if t.strip()]
-    return {"queue": queue, "type_order": order}
+
+def _outputs(out: Optional[Path], plot: bool) -> Optional[Path]:
+    """--plot without --out writes into ./optsched-out (documented default)."""
+    if plot and out is None:
+        return DEFAULT_OUT
+    return out
+
+
+def _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission, load_factor,
+            window, skip_unrunnable, solver, queue, type_order, placement, packing) -> dict:
+    return dict(round_length=round_length, seed=seed, min_recompute_interval=min_recompute_interval,
+                recompute_every=recompute_every, restart_overhead=_overhead(restart_overhead), admission=admission,
+                load_factor=load_factor, window=_window(window), skip_unrunnable=skip_unrunnable, solver=solver,
+                placement=placement, packing=packing, allocator_options=_allocator_options(queue, type_order))
+
+
+def _precheck(tr, policies, table, cfg: dict) -> None:
+    """Every option and policy checked before the first run starts."""
+    from optsched.model import OptschedError
+    from optsched.sim import check_run
+    from optsched.sim.loop import SimConfig
+
+    try:
+        sc = SimConfig(**cfg)
+    except TypeError as e:
+        raise OptschedError(str(e)) from None
+    sc.validate()
+    for p in policies:
+        check_run(tr, p, sc.solver, sc.packing, table, sc.allocator_options, sc.placement)
 
 
 @app.command()
 @user_errors
 def simulate(
-    trace: Optional[Path] = typer.Argument(None, help="Trace file; the built-in example if omitted."),
+    trace: Optional[Path] = typer.Argument(None, help="Trace file (gavel, tiresias, philly, or a Pollux/Sia workload CSV); the built-in example if omitted."),
     policy: str = typer.Option("max_min_fairness", "--policy", "-p", help="Scheduling policy."),
     fmt: Optional[str] = COMMON["fmt"],
     cluster: Optional[str] = COMMON["cluster"],
     servers: Optional[str] = COMMON["servers"],
-    round_length: float = COMMON["round_length"],
+    round_length: Optional[float] = COMMON["round_length"],
     seed: int = COMMON["seed"],
     throughputs: Optional[Path] = COMMON["throughputs"],
     min_recompute_interval: float = COMMON["min_interval"],
     recompute_every: Optional[int] = COMMON["every"],
-    restart_overhead: float = COMMON["overhead"],
+    restart_overhead: Optional[str] = COMMON["overhead"],
     admission: str = COMMON["admission"],
     load_factor: float = COMMON["load_factor"],
     window: Optional[str] = COMMON["window"],
     sample: Optional[int] = COMMON["sample"],
     skip_unrunnable: bool = COMMON["skip"],
     solver: str = COMMON["solver"],
-    queue: str = COMMON["queue"],
-    type_order: str = COMMON["type_order"],
-    placement: str = typer.Option("consolidated", "--placement", help="consolidated | first_fit | cpsat"),
+    queue: Optional[str] = COMMON["queue"],
+    type_order: Optional[str] = COMMON["type_order"],
+    placement: str = COMMON["placement"],
+    packing: bool = COMMON["packing"],
     out: Optional[Path] = typer.Option(None, "--out", help="Write jobs/rounds CSV + Parquet and summary.json here."),
-    plot: bool = typer.Option(False, "--plot", help="With --out: JCT CDF and utilization PNGs."),
+    plot: bool = typer.Option(False, "--plot", help="JCT CDF and utilization PNGs (into --out, default ./optsched-out)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (seconds throughout)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Simulate a policy on a trace: progress bar, summary table, optional CSV/Parquet/PNG output."""
-    if trace is not None and _is_workload(trace, fmt):
-        return _simulate_elastic(trace, policy, cluster, servers, out, as_json)
     tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed)
-    r = _run(tr, cl, table, policy, quiet or as_json, round_length=round_length, seed=seed,
-             min_recompute_interval=min_recompute_interval, recompute_every=recompute_every,
-             restart_overhead=restart_overhead, admission=admission, load_factor=load_factor,
-             window=_window(window), skip_unrunnable=skip_unrunnable, solver=solver, placement=placement,
-             allocator_options=_allocator_options(queue, type_order))
+    cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
+                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, packing)
+    _precheck(tr, [policy], table, cfg)
+    out = _outputs(out, plot)
+    r = _run(tr, cl, table, policy, quiet or as_json, **cfg)
+    files = []
     if out:
-        r.write(out)
+        files = [p.name for p in r.write(out)]
         if plot:
             from optsched.sim.plots import jct_cdf, utilization
 
-            jct_cdf({policy: r}, out / "jct_cdf.png")
-            utilization(r, out / "utilization.png")
+            files += [jct_cdf({policy: r}, out / "jct_cdf.png").name, utilization(r, out / "utilization.png").name]
     if as_json:
-        typer.echo(json.dumps(r.summary, indent=2))
+        typer.echo(json.dumps(r.summary, indent=2, default=_json_default))
         return
-    console.print(_summary_table({policy: r.summary}, f"{len(tr)} jobs from {tr.source} on {dict(cl.gpus)}"))
+    console.print(_summary_table({policy: r.summary}, f"{len(tr)} jobs from {tr.source or tr.format} on {_cluster_text(cl)}"))
     if out:
-        console.print(f"wrote {out}/jobs.(csv|parquet), rounds.(csv|parquet), summary.json" + (", jct_cdf.png, utilization.png" if plot else ""))
+        console.print(f"wrote {out}/: {', '.join(files)}")
+
+
+def _json_default(x):
+    from optsched.sim import _plain
+
+    return _plain(x)
+
+
+def _cluster_text(cl) -> str:
+    return ", ".join(f"{n} {t}" for t, n in cl.gpus.items())
 
 
 @app.command()
 @user_errors
 def compare(
-    trace: Optional[Path] = typer.Argument(None, help="Trace file; the built-in example if omitted."),
+    trace: Optional[Path] = typer.Argument(None, help="Trace file (any kind simulate takes); the built-in example if omitted."),
     policies: str = typer.Option("max_min_fairness,max_min_fairness_agnostic", "--policies", help="Comma-separated policies."),
     fmt: Optional[str] = COMMON["fmt"],
     cluster: Optional[str] = COMMON["cluster"],
     servers: Optional[str] = COMMON["servers"],
-    round_length: float = COMMON["round_length"],
+    round_length: Optional[float] = COMMON["round_length"],
     seed: int = COMMON["seed"],
     throughputs: Optional[Path] = COMMON["throughputs"],
     min_recompute_interval: float = COMMON["min_interval"],
+    recompute_every: Optional[int] = COMMON["every"],
+    restart_overhead: Optional[str] = COMMON["overhead"],
+    admission: str = COMMON["admission"],
+    load_factor: float = COMMON["load_factor"],
     window: Optional[str] = COMMON["window"],
     sample: Optional[int] = COMMON["sample"],
     skip_unrunnable: bool = COMMON["skip"],
-    queue: str = COMMON["queue"],
-    type_order: str = COMMON["type_order"],
-    out: Optional[Path] = typer.Option(None, "--out", help="Write per-policy tables and jct_cdf.png here."),
+    solver: str = COMMON["solver"],
+    queue: Optional[str] = COMMON["queue"],
+    type_order: Optional[str] = COMMON["type_order"],
+    placement: str = COMMON["placement"],
+    packing: bool = typer.Option(False, "--packing", help="Also run each policy with space sharing: a column '<policy>+packing' next to it."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write per-policy tables, summary.json and jct_cdf.png here."),
+    plot: bool = typer.Option(False, "--plot", help="jct_cdf.png (into --out, default ./optsched-out)."),
     as_json: bool = typer.Option(False, "--json", help="Print {policy: summary} as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
-    """Run several policies on the same trace; one table (and one CDF plot with --out)."""
+    """Run several policies on the same trace; one table (and one CDF plot with --out or --plot)."""
+    from optsched.model import OptschedError
+
     tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed)
+    names = [x.strip() for x in policies.split(",") if x.strip()]
+    if not names:
+        raise OptschedError("--policies: give at least one policy")
+    cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
+                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, False)
+    _precheck(tr, names, table, cfg)
+    if packing:
+        _precheck(tr, names, table, {**cfg, "packing": True})
+    out = _outputs(out, plot)
     results = {}
-    for p in [x.strip() for x in policies.split(",") if x.strip()]:
-        results[p] = _run(tr, cl, table, p, quiet or as_json, round_length=round_length, seed=seed,
-                          min_recompute_interval=min_recompute_interval, window=_window(window),
-                          skip_unrunnable=skip_unrunnable, allocator_options=_allocator_options(queue, type_order))
+    for p in names:
+        results[p] = _run(tr, cl, table, p, quiet or as_json, **cfg)
+        if packing:
+            results[f"{p}+packing"] = _run(tr, cl, table, p, quiet or as_json, progress_label=f"{p}+packing",
+                                           **{**cfg, "packing": True})
     if out:
         from optsched.sim.plots import jct_cdf
 
@@ -298,9 +337,12 @@ def compare(
             r.write(out, name=p)
         jct_cdf(results, out / "jct_cdf.png", window=bool(window))
     if as_json:
-        typer.echo(json.dumps({p: r.summary for p, r in results.items()}, indent=2))
+        typer.echo(json.dumps({p: r.summary for p, r in results.items()}, indent=2, default=_json_default))
         return
-    console.print(_summary_table({p: r.summary for p, r in results.items()}, f"{len(tr)} jobs from {tr.source} on {dict(cl.gpus)}"))
+    console.print(_summary_table({p: r.summary for p, r in results.items()},
+                                 f"{len(tr)} jobs from {tr.source or tr.format} on {_cluster_text(cl)}"))
+    if out:
+        console.print(f"wrote {out}/: <policy>_jobs|rounds.(csv|parquet), <policy>_summary.json, jct_cdf.png")
 
 
 @trace_app.command("describe")

@@ -1,8 +1,10 @@
 """Round-based cluster simulator: ``simulate(trace, cluster, policy=...)``.
 
-It drives the same path an embedding scheduler uses — policy → Allocation →
-Allocator → Placement — on a trace, and reports the metrics papers report
-(optsched/sim/metrics.py). See optsched/sim/loop.py for the round semantics.
+One loop for rigid and elastic jobs (optsched/sim/loop.py, stages in
+optsched/sim/stages.py). It drives the same path an embedding scheduler uses —
+policy → Allocation → Allocator → Placement — on a trace, and reports the
+metrics papers report (optsched/sim/metrics.py) in one schema
+(``SCHEMA_VERSION``) whatever the jobs are.
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ import pandas as pd
 
 from optsched.model import Cluster, OptschedError
 
+SCHEMA_VERSION = 1
+DEFAULT_CLUSTER = "v100=36,p100=36,k80=36"  # rigid traces (Gavel's)
+DEFAULT_ELASTIC_SERVERS = "16x4"  # Pollux/Sia workloads: Pollux's cluster
+CONFIGURATION_POLICIES = ("pollux", "sia", "hadar")  # choose GPU counts (and nodes) themselves
+NEEDS_LENGTH = ("srtf", "makespan", "makespan_agnostic", "finish_time_fairness", "finish_time_fairness_agnostic",
+                "min_cost_slo")
 
 @dataclass(frozen=True)
 class SimResult:
@@ -37,9 +45,107 @@ class SimResult:
                 frame.to_csv(p, index=False) if ext == "csv" else frame.to_parquet(p, index=False)
                 paths.append(p)
         p = d / f"{pre}summary.json"
-        p.write_text(json.dumps({"summary": self.summary, "config": self.config}, indent=2, default=str) + "\n")
+        p.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "summary": self.summary, "config": self.config},
+                                indent=2, default=_plain) + "\n")
         paths.append(p)
         return paths
+
+
+def _plain(x):
+    """JSON for numpy scalars and tuples (no Python reprs in user output)."""
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, (tuple, set, np.ndarray)):
+        return list(x)
+    return str(x)
+
+
+def supports_packing(policy: str) -> bool:
+    """The policy has pair variables (or packs by itself, gandiva)."""
+    import inspect
+
+    from optsched.policy import _module
+
+    if policy == "gandiva":
+        return True
+    mod, _ = _module(policy)
+    build = getattr(mod, "build", None)
+    if build is None or "packing" not in inspect.signature(build).parameters:
+        return False
+    return "no_packing(" not in inspect.getsource(mod)
+
+
+def check_run(trace, policy: str, solver: str = "auto", packing: bool = False, table=None,
+              allocator_options: dict | None = None, placement: str = "consolidated") -> None:
+    """Reject an option that cannot apply to this trace and policy — before any
+    expensive work (profile fits, solves). One line, naming the option."""
+    from optsched.policy import policy_names
+    from optsched.sim.jobs import elastic_rows
+    from optsched.solvers import SOLVERS
+
+    if policy not in policy_names():
+        raise OptschedError(f"--policy: unknown policy {policy!r} (choose from {', '.join(policy_names())})")
+    from optsched.policy import DIRECT_SOLVERS
+
+    if solver != "auto" and solver not in SOLVERS and solver not in DIRECT_SOLVERS:
+        raise OptschedError(f"--solver: unknown solver {solver!r} (choose from auto, {', '.join((*SOLVERS, *DIRECT_SOLVERS))})")
+    elastic = elastic_rows(trace)
+    kind = f"{trace.format} trace"
+    if elastic.any():
+        if policy in NEEDS_LENGTH:
+            raise OptschedError(f"--policy: {policy} needs job lengths; elastic jobs ({kind}: Pollux/Sia workloads) "
+                                "run to an epoch count and have none")
+        if policy == "hadar":
+            raise OptschedError("--policy: hadar splits a job over GPU types; elastic jobs run on one type")
+        if packing:
+            raise OptschedError(f"--packing: elastic jobs ({kind}) have no pair throughputs; packing needs a "
+                                "throughput table with them (Gavel's simulation_throughputs.json)")
+        if table is not None and elastic.all():
+            raise OptschedError(f"--throughputs: a {kind} of elastic jobs uses application profiles, not a throughput table")
+    elif policy in ("pollux", "sia"):
+        raise OptschedError(f"--policy: {policy} co-adapts elastic jobs; the {kind} has none "
+                            "(give a Pollux/Sia workload CSV)")
+    if trace.speed == "duration" and not elastic.all():
+        if table is not None:
+            raise OptschedError(f"--throughputs: a {kind} gives each job's duration (the same speed on every type); "
+                                "it reads no throughput table")
+        if packing:
+            raise OptschedError(f"--packing: a {kind} has no job types, so no pair throughputs; "
+                                "packing needs a trace with job types (gavel, philly)")
+    if packing:
+        from optsched.traces.throughputs import default_throughputs
+
+        if not (table or default_throughputs()).pairs:
+            raise OptschedError("--packing: the throughput table has no pair throughputs "
+                                "(use --throughputs with Gavel's simulation_throughputs.json)")
+        if not supports_packing(policy):
+            raise OptschedError(f"--packing: policy {policy} has no space sharing (use max_min_fairness, "
+                                "finish_time_fairness, makespan, max_throughput or gandiva)")
+    if policy in CONFIGURATION_POLICIES:
+        opts = allocator_options or {}
+        for key, flag in (("queue", "--queue"), ("type_order", "--type-order")):
+            if key in opts:
+                raise OptschedError(f"{flag}: policy {policy} chooses every job's GPUs itself; "
+                                    "the allocator's walk does not apply")
+        if placement != "consolidated":
+            raise OptschedError(f"--placement: policy {policy} chooses every job's GPUs and nodes itself; "
+                                "placement does not apply")
+
+
+_APPS: dict = {}
+
+
+def load_applications(cluster: Cluster) -> dict:
+    """Profiled applications for the cluster's types (fitted once per process)."""
+    from optsched.goodput.profiles import peer_data_dir
+    from optsched.sim.goodput_jobs import applications_for
+
+    key = (str(peer_data_dir()), tuple(sorted(cluster.gpus)))
+    if key not in _APPS:
+        _APPS[key] = applications_for(cluster)
+    return _APPS[key]
 
 
 def simulate(
@@ -49,25 +155,30 @@ def simulate(
     throughputs=None,
     progress_rate=None,
     on_round=None,
+    apps: dict | None = None,
     **config,
 ) -> SimResult:
     """Simulate ``trace`` (a Trace, a path, or None for the built-in default) on
     ``cluster`` (a Cluster, ``{"v100": 36, ...}``, ``"v100=36,p100=36,k80=36"``;
-    default 36:36:36 v100/p100/k80). ``throughputs``: a ThroughputTable or a
-    path to one (default: the project's table). Other keywords: SimConfig."""
-    from optsched.sim.jobs import parse_cluster, resolve_jobs
+    default 36:36:36 v100/p100/k80, or 16 servers × 4 GPUs for a Pollux/Sia
+    workload). ``throughputs``: a ThroughputTable or a path to one (default:
+    the project's table). ``apps``: profiled applications for elastic jobs
+    (default: the peers' profiles for the cluster's types). Other keywords:
+    SimConfig."""
+    from optsched.sim.jobs import elastic_rows, parse_cluster, resolve_jobs, with_servers
     from optsched.sim.loop import ROUND_COLUMNS, SimConfig, simulate_jobs
     from optsched.sim.metrics import add_fairness, jobs_frame, rounds_frame, summarize
     from optsched.traces.generate import default_trace
     from optsched.traces.io import read_trace
-    from optsched.traces.throughputs import ThroughputTable, read_throughputs
+    from optsched.traces.throughputs import ThroughputTable, default_throughputs, read_throughputs
 
     if trace is None:
         trace = default_trace()
     elif isinstance(trace, (str, os.PathLike)):
         trace = read_trace(trace)
+    elastic = elastic_rows(trace)
     if cluster is None:
-        cluster = "v100=36,p100=36,k80=36"
+        cluster = parse_cluster(None, DEFAULT_ELASTIC_SERVERS) if elastic.all() else DEFAULT_CLUSTER
     if isinstance(cluster, str):
         cluster = parse_cluster(cluster)
     elif isinstance(cluster, dict):
@@ -78,7 +189,17 @@ def simulate(
         cfg = SimConfig(policy=policy, **config)
     except TypeError as e:
         raise OptschedError(f"simulate: {e}") from None
-    jobs = resolve_jobs(trace, cluster, throughputs, seed=cfg.seed, skip_unrunnable=cfg.skip_unrunnable)
+    cfg.validate()
+    check_run(trace, policy, cfg.solver, cfg.packing, throughputs, cfg.allocator_options, cfg.placement)
+    if elastic.any():
+        cluster = with_servers(cluster)
+        if apps is None:
+            apps = load_applications(cluster)
+    from optsched.sim.goodput_jobs import GOODPUT_POLICIES
+
+    pair_table = (throughputs or default_throughputs()) if cfg.packing else None
+    jobs = resolve_jobs(trace, cluster, throughputs, seed=cfg.seed, skip_unrunnable=cfg.skip_unrunnable, apps=apps,
+                        co_adapt=policy in GOODPUT_POLICIES, pair_table=pair_table)
     if jobs.n == 0:
         raise OptschedError("simulate: the trace has no runnable job")
     st, rounds, info = simulate_jobs(jobs, cluster, cfg, progress_rate=progress_rate, on_round=on_round)
@@ -86,11 +207,20 @@ def simulate(
     jdf = add_fairness(jobs_frame(jobs, st), jobs, capacity)
     rdf = rounds_frame(rounds, jobs.gpu_types, ROUND_COLUMNS)
     summary = summarize(jdf, rdf, info, cfg.window, jobs.skipped)
-    summary.update({"policy": policy, "solver": info["solver"], "extrapolated_jobs": jobs.extrapolated,
-                    "progress_violation_steps": st.progress_violation})
+    summary.update({"schema_version": SCHEMA_VERSION, "policy": policy, "solver": info["solver"],
+                    "round_length": info["round_length"], "packing": bool(cfg.packing),
+                    "elastic_jobs": int(jobs.is_elastic.sum()), "extrapolated_jobs": jobs.extrapolated,
+                    "time_unit": time_unit(jdf), "progress_violation_steps": st.progress_violation})
     config_out = {"policy": policy, "cluster": dict(cluster.gpus), "trace": trace.source, "format": trace.format,
-                  **{k: v for k, v in cfg.__dict__.items() if k != "policy"}}
+                  **{k: v for k, v in cfg.__dict__.items() if k != "policy"}, "round_length": info["round_length"]}
     return SimResult(jdf, rdf, summary, config_out)
 
 
-__all__ = ["simulate", "SimResult"]
+def time_unit(jobs: pd.DataFrame) -> str:
+    """"s" when the median JCT (else the arrival span) is under an hour, else "h"."""
+    jct = jobs["jct"].dropna()
+    scale = float(jct.median()) if len(jct) else float(jobs["arrival_time"].max() - jobs["arrival_time"].min())
+    return "s" if scale < 3600 else "h"
+
+
+__all__ = ["SCHEMA_VERSION", "SimResult", "check_run", "simulate"]

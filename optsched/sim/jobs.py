@@ -1,6 +1,12 @@
 """Resolve a trace against a cluster: per-job throughput per GPU type and total
 work, with clear errors (or a counted skip) for jobs that cannot run.
 
+A job is rigid or elastic by its data: an elastic job names an application
+with a goodput profile and has no length (``steps_total`` = inf: Pollux/Sia
+workloads); it runs its application's epochs (optsched/sim/goodput_jobs.py).
+Its throughput row for the policy comes from its profile; ``steps_total`` is
+the statistical progress of all its epochs. A trace may mix both kinds.
+
 Throughput comes from the trace's own durations (``speed="duration"``: the
 same speed on every type) or from a throughput table (job type, scale factor →
 steps/s per type; see traces/throughputs.py for scale factors beyond the
@@ -33,13 +39,37 @@ class JobArrays:
     gpu_types: tuple[str, ...]
     skipped: int = 0
     extrapolated: int = 0
+    # Elastic jobs: is_elastic (n,) bool; apps[m] the Application (None for rigid
+    # jobs); batch_size (n,) the workload's batch size (nan for rigid jobs).
+    is_elastic: np.ndarray | None = None
+    apps: tuple = ()
+    batch_size: np.ndarray | None = None
+    # Space sharing: job_type[m] = (model, scale factor) and the table of pair
+    # throughputs (None: no packing data).
+    job_type: tuple = ()
+    pair_table: object = None
+
+    @property
+    def any_elastic(self) -> bool:
+        return self.is_elastic is not None and bool(self.is_elastic.any())
 
     @property
     def n(self) -> int:
         return len(self.job_ids)
 
 
-def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunnable: bool = False) -> JobArrays:
+def elastic_rows(trace) -> np.ndarray:
+    """Which jobs of a trace are elastic: no length (steps_total = inf)."""
+    steps = trace.jobs["steps_total"].to_numpy(dtype=float)
+    return np.isinf(steps) if trace.speed != "goodput" else np.ones(len(steps), dtype=bool)
+
+
+def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunnable: bool = False,
+                 apps: dict | None = None, co_adapt: bool = False, pair_table=None) -> JobArrays:
+    """``apps``: the profiled applications elastic jobs name (needed when the
+    trace has any); ``co_adapt``: the policy chooses elastic jobs' sizes (pollux,
+    sia) — their rows are then per GPU and their scale factor 1; ``pair_table``:
+    a ThroughputTable whose pair throughputs packing uses."""
     from optsched.traces.throughputs import default_throughputs
 
     types = tuple(sorted(cluster.gpus))
@@ -48,12 +78,11 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
     where = f"{trace.format} trace {trace.source}".strip()
     sf = j["scale_factor"].to_numpy(dtype=float)
     extrapolated = 0
-    if trace.speed == "goodput":
-        raise OptschedError(
-            f"{where}: {trace.format} workloads carry no job length (jobs run to a target epoch count under a "
-            "goodput model); the goodput simulator is needed for them"
-        )
-    if trace.speed == "duration":
+    elastic = elastic_rows(trace)
+    if elastic.all():
+        T = np.zeros((len(j), len(types)))
+        steps = np.zeros(len(j))
+    elif trace.speed == "duration":
         dur = j["duration"].to_numpy(dtype=float)
         steps = j["steps_total"].to_numpy(dtype=float)
         steps = np.where(np.isnan(steps), dur, steps)
@@ -66,21 +95,48 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
             trace = assign_models(trace, table, seed)
             j = trace.jobs
         models = j["model"].to_numpy(dtype=object)
-        known = {m: table.has_model(m) for m in set(models)}
-        unknown = np.array([not known[m] for m in models])
+        known = {m: table.has_model(m) for m in set(models[~elastic])}
+        unknown = np.array([not e and not known[m] for m, e in zip(models, elastic)])
         if unknown.any():
             i = int(np.argmax(unknown))
             raise OptschedError(
                 f"{where}: row {j['row'].iat[i]}: unknown job type {models[i]!r} (not in throughput table "
                 f"{table.source or 'given'})"
             )
-        T, extra = table.matrix(models, sf.astype(int), types)
+        T = np.zeros((len(j), len(types)))
+        extra = np.zeros(len(j), dtype=bool)
+        if (~elastic).any():
+            T[~elastic], extra[~elastic] = table.matrix(models[~elastic], sf[~elastic].astype(int), types)
         extrapolated = int(extra.sum())
         steps = j["steps_total"].to_numpy(dtype=float).copy()
         need = np.isnan(steps)
         if need.any():
             ref = types.index("v100") if "v100" in types else int(np.argmax(T.sum(axis=0)))
             steps[need] = j["duration"].to_numpy(dtype=float)[need] * T[need, ref]
+    app_of: list = [None] * len(j)
+    batch = np.full(len(j), np.nan)
+    if elastic.any():
+        from optsched.sim.goodput_jobs import throughput_row
+
+        if apps is None:
+            raise OptschedError(f"{where}: elastic jobs need application profiles (apps=...)")
+        names = j["model"].to_numpy(dtype=object)
+        missing = sorted({str(a) for a in names[elastic]} - set(apps))
+        if missing:
+            i = int(np.argmax(elastic & (names == missing[0])))
+            raise OptschedError(f"{where}: row {j['row'].iat[i]}: no goodput profile for application {missing[0]!r} "
+                                f"(profiled: {', '.join(sorted(apps))})")
+        if "batch_size" not in j:
+            raise OptschedError(f"{where}: elastic jobs need a batch_size column")
+        batch[elastic] = j["batch_size"].to_numpy(dtype=float)[elastic]
+        server = server_gpus(cluster, types)
+        for m in np.flatnonzero(elastic):
+            app = apps[names[m]]
+            app_of[m] = app
+            T[m] = throughput_row(app, batch[m], int(sf[m]), types, cap, server, co_adapt)
+            steps[m] = app.total_progress
+        if co_adapt:
+            sf = np.where(elastic, 1.0, sf)
     T = np.where(sf[:, None] > cap[None, :], 0.0, T)
     runnable = (T > 0).any(axis=1) & (steps > 0)
     keep = np.ones(len(j), dtype=bool)
@@ -111,7 +167,42 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
         gpu_types=types,
         skipped=int((~keep).sum()) + trace.skipped,
         extrapolated=extrapolated,
+        is_elastic=elastic[keep],
+        apps=tuple(a for a, k in zip(app_of, keep) if k),
+        batch_size=batch[keep],
+        job_type=tuple((str(m), int(s)) for m, s in zip(j["model"].to_numpy()[keep], sf[keep])),
+        pair_table=pair_table,
     )
+
+
+def server_gpus(cluster: Cluster, types) -> np.ndarray:
+    """GPUs per server of each type: the cluster's servers, else Sia's node size
+    for Sia's types, else 4 (Pollux's nodes)."""
+    from optsched.goodput.profiles import SIA_GPU_TYPES
+
+    out = []
+    for t in types:
+        sizes = [s.gpus for s in (cluster.servers or []) if s.gpu_type == t]
+        out.append(max(sizes) if sizes else SIA_GPU_TYPES.get(t, 4))
+    return np.array(out, dtype=int)
+
+
+def with_servers(cluster: Cluster) -> Cluster:
+    """The cluster with explicit servers (server_gpus per type) when it lists none."""
+    from optsched.model import Server
+
+    if cluster.servers:
+        return cluster
+    types = tuple(sorted(cluster.gpus))
+    per = dict(zip(types, server_gpus(cluster, types)))
+    servers = []
+    for t in cluster.gpus:
+        count, p = int(cluster.gpus[t]), int(per[t])
+        full, rest = divmod(count, p)
+        servers += [Server(id=f"{t}-{i}", gpu_type=t, gpus=p) for i in range(full)]
+        if rest:
+            servers.append(Server(id=f"{t}-{full}", gpu_type=t, gpus=rest))
+    return Cluster(gpus=dict(cluster.gpus), servers=servers)
 
 
 def parse_cluster(spec: str | None = None, servers: str | None = None) -> Cluster:

@@ -1,29 +1,35 @@
-"""The round-based simulation loop (DESIGN.md §6-7).
-
-Each round, in this order (Blox-style stages, each a plain function of state):
+"""The round-based simulation loop (DESIGN.md §6-7, §11): rigid and elastic jobs
+in one loop of stages (optsched/sim/stages.py), each round in this order:
 
     admission  new arrivals (arrival <= now) join the active set — all of them
                (``admission="accept-all"``), or while the GPUs demanded by active
                jobs stay <= ``load_factor`` × cluster GPUs (``"load"``, FIFO;
                the wait counts in the JCT);
+    observe    elastic jobs' goodput models are refit from the step times they
+               ran at (goodput policies only: pollux, sia);
     policy     the allocation X is recomputed when jobs arrived or left, but
                not sooner than ``min_recompute_interval`` s after the previous
                recomputation (Gavel: 1,920 s), and at least every
-               ``recompute_every`` rounds when set; otherwise the *same*
-               Allocation object is reused, so the allocator keeps its
-               time-received counters (Gavel semantics);
+               ``recompute_every`` rounds (default: every round for policies
+               that read per-round state — pollux, sia, tiresias, las, fifo,
+               srtf, gandiva); otherwise the *same* Allocation object is
+               reused, so the allocator keeps its time-received counters
+               (Gavel semantics);
     allocator  ``Allocator.next_round(active jobs, allocation)`` → Placement
                (``allocator_options``: queue discipline, type order, ...;
                ``queue="gavel"`` is Gavel's own walk, optsched/allocator.py);
-    progress   each placed job advances ``rate × (run − overhead)`` steps, rate
-               = ``progress_rate(job, gpu_type, n_gpus)`` (default: its
-               throughput on that type at its scale factor, × n/s if the
-               placement gives it n ≠ s GPUs), overhead = ``restart_overhead``
-               when it (re)starts or migrates. A job that finishes mid-round
-               completes at that instant and its GPUs stay idle until the round
-               ends; the round ends early when every placed job has finished
-               (Gavel). Arrivals wait for the next round boundary but their
-               JCT counts from their arrival.
+               packed pairs share their GPUs (``packing=True``);
+    progress   a rigid job advances ``rate × (run − overhead)`` steps, rate =
+               ``progress_rate(job)`` (default: its throughput on that type at
+               its scale factor, × n/s if it got n ≠ s GPUs; a packed job its
+               pair throughput); an elastic job runs its goodput model
+               (optsched/sim/goodput_jobs.py); overhead = ``restart_overhead``
+               seconds, paid when a job (re)starts, moves or changes
+               configuration (carried into the next round if longer). A job
+               that finishes mid-round completes at that instant and its GPUs
+               stay idle until the round ends; the round ends early when every
+               placed job has finished (Gavel). Arrivals wait for the next
+               round boundary but their JCT counts from their arrival.
 
 Idle stretches (no active job) are skipped in one step. The loop stops when
 every job has finished, or when every job of ``window`` has (steady-state
@@ -39,9 +45,13 @@ from typing import Callable
 
 import numpy as np
 
-from optsched.model import Cluster, Instance, OptschedError
-from optsched.sim.jobs import JobArrays, resolve_jobs
+from optsched.model import Cluster, OptschedError
+from optsched.sim.jobs import JobArrays
 from optsched.sim.policy_step import ClassSolveCache, choose_solver, compute_allocation
+from optsched.sim.stages import (
+    PER_ROUND_POLICIES, ROUND_COLUMNS, ActiveSet, LoopState, SimState, admit, allocate, apply_progress, instance,
+    observe, round_record, should_recompute, simulated_progress,
+)
 
 ADMISSION = ("accept-all", "load")
 ALLOCATOR_OPTIONS = ("queue", "type_order", "work_conserving", "gpus_per_server", "placement_time_limit")
@@ -67,10 +77,10 @@ ProgressRate = Callable[[RunningJob], float]
 @dataclass(frozen=True)
 class SimConfig:
     policy: str = "max_min_fairness"
-    round_length: float = 360.0
+    round_length: float | None = None  # None: 360 s; 60 s (Pollux's and Sia's) when the trace has elastic jobs
     min_recompute_interval: float = 0.0
-    recompute_every: int | None = None
-    restart_overhead: float = 0.0
+    recompute_every: int | None = None  # None: 1 for PER_ROUND_POLICIES, else only on arrivals/completions
+    restart_overhead: float | str | None = None  # None: 0 for rigid jobs, 30 s (one type) or per application (Sia's types) for elastic ones; "application": per application
     admission: str = "accept-all"
     load_factor: float = 2.0
     placement: str = "consolidated"
@@ -81,45 +91,55 @@ class SimConfig:
     window: tuple[int, int] | None = None  # [start, end) indices in arrival order
     max_time: float | None = None
     skip_unrunnable: bool = False
+    packing: bool = False  # space sharing with the throughput table's pair throughputs
+    max_partners: int = 8  # packing: candidate partners per job
     policy_options: dict = field(default_factory=dict)
     allocator_options: dict = field(default_factory=dict)  # Allocator keywords: queue, type_order, work_conserving
 
     def validate(self) -> None:
-        if not self.round_length > 0:
-            raise OptschedError(f"round_length must be positive, got {self.round_length}")
+        if self.round_length is not None and not self.round_length > 0:
+            raise OptschedError(f"--round-length: must be positive, got {self.round_length:g}")
         if self.admission not in ADMISSION:
-            raise OptschedError(f"admission: unknown {self.admission!r} (choose from {', '.join(ADMISSION)})")
-        if self.restart_overhead < 0 or self.min_recompute_interval < 0:
-            raise OptschedError("restart_overhead and min_recompute_interval must be >= 0")
+            raise OptschedError(f"--admission: unknown {self.admission!r} (choose from {', '.join(ADMISSION)})")
+        if isinstance(self.restart_overhead, str):
+            if self.restart_overhead != "application":
+                raise OptschedError(f"--restart-overhead: {self.restart_overhead!r} is not a number of seconds or 'application'")
+        elif self.restart_overhead is not None and not self.restart_overhead >= 0:
+            raise OptschedError(f"--restart-overhead: must be >= 0, got {self.restart_overhead:g}")
+        if not self.min_recompute_interval >= 0:
+            raise OptschedError(f"--min-recompute-interval: must be >= 0, got {self.min_recompute_interval:g}")
         if self.recompute_every is not None and self.recompute_every < 1:
-            raise OptschedError(f"recompute_every must be >= 1 round, got {self.recompute_every}")
-        if self.load_factor <= 0:
-            raise OptschedError(f"load_factor must be positive, got {self.load_factor}")
+            raise OptschedError(f"--recompute-every: must be >= 1 round, got {self.recompute_every}")
+        if not self.load_factor > 0:
+            raise OptschedError(f"--load-factor: must be positive, got {self.load_factor:g}")
+        if self.load_factor != 2.0 and self.admission != "load":
+            raise OptschedError("--load-factor: applies only with --admission load")
+        if not self.time_limit > 0:
+            raise OptschedError(f"--time-limit: must be positive, got {self.time_limit:g}")
+        if self.max_partners < 1:
+            raise OptschedError(f"max_partners: must be >= 1, got {self.max_partners}")
+        if self.window is not None and not (0 <= self.window[0] < self.window[1]):
+            raise OptschedError(f"--window: START:END needs 0 <= START < END, got {self.window[0]}:{self.window[1]}")
         unknown = sorted(set(self.allocator_options) - set(ALLOCATOR_OPTIONS))
         if unknown:
             raise OptschedError(f"allocator_options: unknown {unknown[0]!r} "
                                 f"(choose from {', '.join(ALLOCATOR_OPTIONS)})")
 
+    def resolved_round_length(self, elastic: bool) -> float:
+        return self.round_length if self.round_length is not None else (60.0 if elastic else 360.0)
 
-@dataclass
-class SimState:
-    """Mutable per-job progress (numpy, one slot per job)."""
 
-    steps_done: np.ndarray
-    gpu_seconds: np.ndarray
-    first_start: np.ndarray
-    completion: np.ndarray
-    last_run: np.ndarray
-    isolated_time: np.ndarray
-    preemptions: np.ndarray
-    migrations: np.ndarray
-    progress_violation: float = 0.0  # max(steps gained − throughput·time) seen; 0 when consistent
-
-    @classmethod
-    def empty(cls, n: int) -> "SimState":
-        nan = np.full(n, np.nan)
-        return cls(np.zeros(n), np.zeros(n), nan.copy(), nan.copy(), nan.copy(), np.zeros(n),
-                   np.zeros(n, np.int64), np.zeros(n, np.int64))
+def restart_seconds(config: SimConfig, jobs: JobArrays, multi_type: bool) -> np.ndarray:
+    """Per-job restart overhead (seconds) for the configuration's rule."""
+    out = np.zeros(jobs.n)
+    ro = config.restart_overhead
+    if isinstance(ro, (int, float)):
+        out[:] = float(ro)
+    if jobs.any_elastic and not isinstance(ro, (int, float)):
+        per_app = ro == "application" or multi_type
+        for m in np.flatnonzero(jobs.is_elastic).tolist():
+            out[m] = jobs.apps[m].restart_seconds if per_app else 30.0
+    return out
 
 
 def simulate_jobs(
@@ -131,251 +151,138 @@ def simulate_jobs(
 ):
     """Run the loop on resolved jobs; returns (state, rounds list, info dict)."""
     from optsched.allocator import Allocator
+    from optsched.sim.goodput_jobs import GOODPUT_POLICIES
+    from optsched.sim.jobs import server_gpus
 
     config.validate()
     solver = choose_solver(config.policy, config.solver)
-    allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=config.round_length,
+    round_length = config.resolved_round_length(jobs.any_elastic)
+    allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=round_length,
                           **config.allocator_options)
     types = jobs.gpu_types
     type_index = {t: j for j, t in enumerate(types)}
     capacity = np.array([cluster.gpus[t] for t in types], dtype=float)
+    server = server_gpus(cluster, types)
     total_gpus = capacity.sum()
     n = jobs.n
-    st = SimState.empty(n)
+    goodput_policy = config.policy in GOODPUT_POLICIES
+    st = SimState.empty(jobs, goodput_policy)
     index_of = {jid: m for m, jid in enumerate(jobs.job_ids)}
     equal_thr = jobs.throughput @ capacity / total_gpus  # X^equal throughput (Gavel's proportional share)
     equal_thr_floor = np.maximum(equal_thr, 1e-300)  # divisor of the isolated-time credit
+    overhead = restart_seconds(config, jobs, len(types) > 1)
+    every = config.recompute_every
+    if every is None and config.policy in PER_ROUND_POLICIES:
+        every = 1
+    policy_options = dict(config.policy_options)
+    if config.packing and config.policy != "gandiva":  # gandiva packs by itself once the instance has pairs
+        policy_options.setdefault("packing", True)
+    if config.policy == "tiresias" and jobs.any_elastic:
+        # The Pollux simulator's Tiresias: two queues split at 16 GPU-hours, no starvation promotion.
+        policy_options.setdefault("thresholds", (POLLUX_TIRESIAS_THRESHOLD,))
+        policy_options.setdefault("starvation_factor", 0.0)
 
     window = None
     if config.window is not None:
         lo, hi = config.window
         window = np.arange(max(lo, 0), min(hi, n))
         if window.size == 0:
-            raise OptschedError(f"window [{lo}, {hi}) selects no job of the {n} in the trace")
-    window_left = int(window.size) if window is not None else -1
+            raise OptschedError(f"--window: [{lo}, {hi}) selects no job of the {n} in the trace")
+    ls = LoopState(now=float(jobs.arrival[0]) if n else 0.0)
+    ls.window_left = int(window.size) if window is not None else -1
     in_window = np.zeros(n, dtype=bool)
     if window is not None:
         in_window[window] = True
 
-    active: list[int] = []
-    waiting: list[int] = []  # arrived, not admitted (load-based admission)
-    demand = 0.0
-    nxt = 0
-    now = float(jobs.arrival[0]) if n else 0.0
-    allocation = None
-    dirty = True
-    last_recompute = -np.inf
-    rounds_since = 0
     rounds: list[tuple] = []
-    solver_seconds_total = 0.0
-    n_recomputes = 0
     wall0 = _time.perf_counter()
     class_cache = ClassSolveCache()  # a recomputation with unchanged job classes reuses the last solve
-    view: _ActiveSet | None = None  # arrays of the active set; None when it changed
 
     while True:
         # --- admission ---
-        while nxt < n and jobs.arrival[nxt] <= now:
-            waiting.append(nxt)
-            nxt += 1
-        if waiting:
-            if config.admission == "accept-all":
-                admitted, waiting = waiting, []
-            else:
-                admitted = []
-                limit = config.load_factor * total_gpus
-                while waiting and (demand + jobs.scale_factor[waiting[0]] <= limit or not active and not admitted):
-                    m = waiting.pop(0)
-                    admitted.append(m)
-                    demand += jobs.scale_factor[m]
-            if admitted:
-                active.extend(admitted)
-                view = None
-                if config.admission == "accept-all":
-                    demand += float(jobs.scale_factor[admitted].sum())
-                dirty = True
-        if window_left == 0 or (nxt >= n and not active and not waiting):
+        admit(ls, jobs, config.admission, config.load_factor, total_gpus)
+        if ls.window_left == 0 or (ls.next_arrival >= n and not ls.active and not ls.waiting):
             break
-        if config.max_time is not None and now >= config.max_time:
+        if config.max_time is not None and ls.now >= config.max_time:
             break
-        if not active:
-            now = max(now, float(jobs.arrival[nxt]))  # skip the idle stretch
+        if not ls.active:
+            ls.now = max(ls.now, float(jobs.arrival[ls.next_arrival]))  # skip the idle stretch
             continue
+        if ls.view is None:
+            ls.view = ActiveSet.of(jobs, ls.active, config.packing, config.max_partners)
 
-        if view is None:
-            view = _ActiveSet.of(jobs, active)
+        # --- observe (goodput refit) ---
+        fit_s = 0.0
+        if goodput_policy and jobs.any_elastic:
+            t0 = _time.perf_counter()
+            observe(st, ls.active)
+            fit_s = _time.perf_counter() - t0
+            ls.fit_seconds += fit_s
+
         # --- policy ---
-        recompute = allocation is None or (
-            dirty and now - last_recompute >= config.min_recompute_interval
-        ) or (config.recompute_every is not None and rounds_since >= config.recompute_every)
+        recompute = should_recompute(ls, config.min_recompute_interval, every)
         solve_s = 0.0
-        inst = _instance(view, jobs, st, capacity, now)
+        inst = instance(ls.view, jobs, st, capacity, ls.now, overhead, server, goodput_policy)
         if recompute:
             t0 = _time.perf_counter()
-            allocation = compute_allocation(
-                inst, config.policy, solver, config.time_limit, config.aggregate, cache=class_cache,
-                **config.policy_options,
+            ls.allocation = compute_allocation(
+                inst, config.policy, solver, config.time_limit, config.aggregate and not config.packing,
+                cache=class_cache, **policy_options,
             )
             solve_s = _time.perf_counter() - t0
-            solver_seconds_total += solve_s
-            n_recomputes += 1
-            last_recompute, dirty, rounds_since = now, False, 0
+            ls.solver_seconds += solve_s
+            ls.recomputations += 1
+            ls.last_recompute, ls.dirty, ls.rounds_since = ls.now, False, 0
 
         # --- allocator / placement ---
-        placement = allocator.next_round(inst, allocation)
-        sched_m, sched_t, sched_n = _scheduled(placement.assignments, index_of, type_index)
-        sm = np.asarray(sched_m, dtype=np.int64)
-        stype = np.asarray(sched_t, dtype=np.int64)
-        sn = np.asarray(sched_n, dtype=float)
-        running_jobs = len(set(sched_m))
-        one_row_per_job = running_jobs == len(sched_m)  # then sm has no repeats and a[sm] += x adds once each
+        plan = allocate(allocator, inst, ls.allocation, jobs, st, index_of, type_index)
 
-        # --- progress ---
-        if config.restart_overhead:
-            restarted = set(placement.started) | set(placement.migrated)
-            overhead = np.array([config.restart_overhead if jobs.job_ids[m] in restarted else 0.0 for m in sm])
-        else:
-            overhead = np.zeros(len(sm))
-        solo_rate = jobs.throughput[sm, stype] * sn / jobs.scale_factor[sm]  # throughput × n/s
-        if progress_rate is None:
-            rate = solo_rate
-        else:
-            rate = np.array([
-                progress_rate(RunningJob(jobs.job_ids[m], str(jobs.models[m]), int(jobs.scale_factor[m]), types[t],
-                                         int(c), float(jobs.throughput[m, t]), float(st.steps_done[m]),
-                                         float(jobs.steps_total[m])))
-                for m, t, c in zip(sm, stype, sn)
-            ], dtype=float)
-        remaining = np.maximum(jobs.steps_total[sm] - st.steps_done[sm], 0.0)
-        with np.errstate(divide="ignore"):
-            need = overhead + np.where(rate > 0, remaining / np.maximum(rate, 1e-300), np.inf)
-        run = np.minimum(need, config.round_length)
-        finished = need <= config.round_length
-        duration = float(run.max()) if run.size and finished.all() else config.round_length
-        gained = rate * np.maximum(run - overhead, 0.0)
-        # Invariant: progress never exceeds throughput × time.
-        if progress_rate is None and sm.size:
-            st.progress_violation = max(st.progress_violation, float((gained - solo_rate * run).max()))
-        any_finished = bool(finished.any())
-        _add(st.steps_done, sm, gained, one_row_per_job)
-        if any_finished:
-            st.steps_done[sm[finished]] = jobs.steps_total[sm[finished]]  # no float drift at completion
-        _add(st.gpu_seconds, sm, sn * run, one_row_per_job)
-        _add(st.isolated_time, sm, gained / equal_thr_floor[sm], one_row_per_job)
-        first = np.isnan(st.first_start[sm])
-        st.first_start[sm[first]] = now
-        st.last_run[sm] = now + run
-        for jid in placement.preempted:
+        # --- progress (execution) ---
+        prog = simulated_progress(plan, jobs, st, round_length, overhead, server, progress_rate)
+        duration = float(prog.run.max()) if prog.run.size and prog.finished.all() else round_length
+        done, running = apply_progress(plan, prog, jobs, st, ls.now, equal_thr_floor, round_length)
+        for m in ls.active:
+            if m not in running:
+                st.config[m] = None
+        for jid in plan.preempted:
             st.preemptions[index_of[jid]] += 1
-        for jid in placement.migrated:
+        for jid in plan.migrated:
             st.migrations[index_of[jid]] += 1
-        for i in np.flatnonzero(run < config.round_length).tolist():
-            allocator.record(jobs.job_ids[sm[i]], types[stype[i]], float(run[i]))
-        done = np.unique(sm[finished]) if any_finished else sm[:0]
+        for i in np.flatnonzero(prog.run < round_length).tolist():
+            allocator.record(jobs.job_ids[plan.m[i]], types[plan.col[i]], float(prog.run[i]))
+
+        # --- completion ---
         if done.size:
-            for m, r in zip(sm[finished], run[finished]):
-                st.completion[m] = now + r
             allocator.remove([jobs.job_ids[m] for m in done])
             done_set = set(done.tolist())
-            active = [m for m in active if m not in done_set]
-            view = None
-            demand -= float(jobs.scale_factor[done].sum())
+            ls.active = [m for m in ls.active if m not in done_set]
+            ls.view = None
+            ls.demand -= float(jobs.scale_factor[done].sum())
             if window is not None:
-                window_left -= int(in_window[done].sum())
-            dirty = True
+                ls.window_left -= int(in_window[done].sum())
+            ls.dirty = True
 
-        busy = np.bincount(stype, weights=sn * run, minlength=len(types))
-        record = (
-            now, duration, inst.n, running_jobs, len(waiting), bool(recompute), solve_s,
-            len(placement.started), len(placement.preempted), len(placement.migrated), int(done.size),
-            *(busy / np.maximum(capacity * duration, 1e-300)),
-        )
-        rounds.append(record)
+        # --- metrics ---
+        rounds.append(round_record(ls, plan, prog, inst.n, duration, recompute, solve_s, fit_s, int(done.size), capacity))
         if on_round is not None:
-            on_round({"time": now + duration, "completed": int(np.isfinite(st.completion).sum()), "active": len(active),
-                      "solver_seconds": solver_seconds_total, "jobs": n})
-        now += duration
-        rounds_since += 1
+            on_round({"time": ls.now + duration, "completed": int(np.isfinite(st.completion).sum()),
+                      "active": len(ls.active), "solver_seconds": ls.solver_seconds, "jobs": n})
+        ls.now += duration
+        ls.rounds_since += 1
 
     info = {
         "wall_seconds": _time.perf_counter() - wall0,
-        "solver_seconds": solver_seconds_total,
-        "recomputations": n_recomputes,
+        "solver_seconds": ls.solver_seconds,
+        "fit_seconds": ls.fit_seconds,
+        "recomputations": ls.recomputations,
         "solver": solver,
-        "end_time": now,
+        "round_length": round_length,
+        "end_time": ls.now,
         "unfinished": int(np.isnan(st.completion).sum()),
     }
     return st, rounds, info
 
 
-@dataclass(frozen=True)
-class _ActiveSet:
-    """The active jobs' arrays that change only when the set does (admission or
-    completion), built once per set instead of once per round. The allocator
-    also sees the same ``job_ids`` tuple round after round."""
+POLLUX_TIRESIAS_THRESHOLD = 16 * 3600.0  # GPU-seconds, the Pollux simulator's Tiresias (2 queues)
 
-    index: np.ndarray
-    job_ids: tuple[str, ...]
-    throughput: np.ndarray
-    scale_factor: np.ndarray
-    weight: np.ndarray
-    arrival: np.ndarray
-
-    @classmethod
-    def of(cls, jobs: JobArrays, active: list[int]) -> "_ActiveSet":
-        act = np.asarray(active)
-        return cls(act, tuple(jobs.job_ids[m] for m in active), jobs.throughput[act], jobs.scale_factor[act],
-                   jobs.weight[act], jobs.arrival[act])
-
-
-def _instance(view: _ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarray, now: float) -> Instance:
-    act = view.index
-    return Instance(
-        job_ids=view.job_ids,
-        gpu_types=jobs.gpu_types,
-        throughput=view.throughput,
-        scale_factor=view.scale_factor,
-        weight=view.weight,
-        capacity=capacity,
-        steps_remaining=jobs.steps_total[act] - st.steps_done[act],
-        elapsed_time=now - view.arrival,
-        attained_service=st.gpu_seconds[act],
-        arrival_time=view.arrival,
-        time=now,
-        isolated_time=st.isolated_time[act],
-        last_run_time=st.last_run[act],
-    )
-
-
-def _scheduled(assignments: dict, index_of: dict, type_index: dict) -> tuple[list[int], list[int], list[int]]:
-    """(job index, type column, GPU count) for every (job, GPU type) the
-    placement uses, in the placement's order (a job normally sits on one type;
-    a split job lists its types in the order of its slots)."""
-    sched_m, sched_t, sched_n = [], [], []
-    for jid, slots in assignments.items():
-        if len(slots) == 1:  # the common single-GPU case, kept short: ~30 jobs × 27,000 rounds
-            sched_m.append(index_of[jid])
-            sched_t.append(type_index[slots[0].gpu_type])
-            sched_n.append(1)
-            continue
-        per_type: dict[str, int] = {}
-        for s in slots:
-            per_type[s.gpu_type] = per_type.get(s.gpu_type, 0) + 1
-        for t, c in per_type.items():
-            sched_m.append(index_of[jid])
-            sched_t.append(type_index[t])
-            sched_n.append(c)
-    return sched_m, sched_t, sched_n
-
-
-def _add(target: np.ndarray, index: np.ndarray, values: np.ndarray, unique: bool) -> None:
-    """target[index] += values, repeated indices accumulating (np.add.at); the
-    plain fancy += when there are no repeats (the common case, ~5× cheaper)."""
-    if unique:
-        target[index] += values
-    else:
-        np.add.at(target, index, values)
-
-
-ROUND_COLUMNS = ("time", "duration", "active_jobs", "running_jobs", "waiting_jobs", "recomputed", "solver_seconds",
-                 "started", "preempted", "migrated", "completed")
+__all__ = ["ROUND_COLUMNS", "RunningJob", "SimConfig", "SimState", "simulate_jobs"]

@@ -26,10 +26,18 @@ from optsched.sim.jobs import JobArrays
 
 
 def jobs_frame(jobs: JobArrays, st) -> pd.DataFrame:
+    """One row per job, the same columns for rigid and elastic jobs. Elastic
+    jobs count work in statistical progress (M0-steps) and report their
+    epochs; rigid jobs count steps (epochs empty)."""
+    elastic = jobs.is_elastic if jobs.is_elastic is not None else np.zeros(jobs.n, dtype=bool)
+    epochs = np.full(jobs.n, np.nan)
+    for m, g in st.goodput.items():
+        epochs[m] = g.epoch
     df = pd.DataFrame(
         {
             "job_id": list(jobs.job_ids),
             "model": jobs.models.astype(str),
+            "kind": np.where(elastic, "elastic", "rigid"),
             "scale_factor": jobs.scale_factor.astype(int),
             "weight": jobs.weight,
             "arrival_time": jobs.arrival,
@@ -40,6 +48,8 @@ def jobs_frame(jobs: JobArrays, st) -> pd.DataFrame:
             "gpu_seconds": st.gpu_seconds,
             "preemptions": st.preemptions,
             "migrations": st.migrations,
+            "restarts": st.restarts,
+            "epochs": epochs,
             "failed": jobs.failed,
             "row": jobs.rows,
         }
@@ -52,6 +62,8 @@ def jobs_frame(jobs: JobArrays, st) -> pd.DataFrame:
 def add_fairness(df: pd.DataFrame, jobs: JobArrays, capacity: np.ndarray) -> pd.DataFrame:
     thr_equal = jobs.throughput @ capacity / capacity.sum()
     df["isolated_time"] = jobs.steps_total / np.maximum(thr_equal, 1e-300)
+    if jobs.any_elastic:  # no isolated run time for jobs under a goodput model
+        df.loc[jobs.is_elastic, "isolated_time"] = np.nan
     df["ftf_rho"] = df["jct"] / df["isolated_time"]
     return df
 
@@ -108,6 +120,7 @@ def summarize(df: pd.DataFrame, rounds: pd.DataFrame, info: dict, window=None, s
             "rounds": int(len(rounds)),
             "recomputations": int(info.get("recomputations", 0)),
             "solver_seconds": float(info.get("solver_seconds", 0.0)),
+            "fit_seconds": float(info.get("fit_seconds", 0.0)),
             "solver_seconds_per_recomputation": float(info["solver_seconds"] / max(info.get("recomputations", 0), 1)),
             "wall_seconds": float(info.get("wall_seconds", 0.0)),
             "utilization": {c[5:]: float((rounds[c].to_numpy() * w).sum() / max(w.sum(), 1e-300)) for c in util_cols},

@@ -1,0 +1,216 @@
+"""Elastic jobs in the simulator: the goodput side of the stages (DESIGN.md §7-8).
+
+A job is elastic by its data: it names an application with a goodput profile
+(Pollux/Sia workloads: ``name,time,application,num_replicas,batch_size``) and
+has no fixed length — it runs its application's epochs. Semantics follow the
+peers' simulators (adaptdl/simulator/simulator.py, Sia's fork):
+
+- under a goodput policy (``pollux``, ``sia``) the job is co-adapted: the
+  policy chooses its configuration (type, GPUs, nodes) every round from the
+  job's *fitted* goodput model, and its batch size is re-chosen on every
+  (re)allocation and epoch (ncf keeps its batch of 32,768, as the peer);
+  under any other policy it is rigid: the workload's ``num_replicas`` GPUs and
+  ``batch_size``, its throughput row the measured step time at that size;
+- progress by goodput: per step the job gains ``gain = (var+sqr)/(var/k+sqr)``
+  M0-steps (gradient statistics of the application's validation curves at its
+  batch size and epoch), one step lasting the *measured* step time of its
+  placement (profile interpolation; the fitted model off-profile) plus
+  accumulation; the job finishes when its progress reaches that of
+  ``max_epochs`` epochs;
+- observations: each (nodes, GPUs, micro-batch) a job runs at is recorded, and
+  its 7 parameters are refit (JAX) once per round for every job with new
+  observations; a job may grow to at most 2× the GPUs it has been observed on
+  (Pollux's exploration rule).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optsched.model import ElasticInfo
+
+GOODPUT_POLICIES = ("pollux", "sia")  # co-adapt elastic jobs (configuration, batch size)
+NCF_BATCH = 32768.0  # the Pollux simulator pins ncf's batch size
+
+
+@dataclass
+class GoodputJob:
+    """Mutable goodput state of one elastic job."""
+
+    target_batch: float | None  # fixed batch size (rigid runs, ncf), None = co-adapted
+    atomic_bsz: int = 0
+    accum_steps: int = 0
+    epoch: int = 0
+    progress: float = 0.0
+    profile: dict = field(default_factory=dict)  # type -> {(nodes, gpus, bsz): (step, sync)}
+    params: dict = field(default_factory=dict)  # type -> (7,) fitted
+    dirty: set = field(default_factory=set)  # types with observations not yet fitted
+    grad: tuple[float, float] | None = None
+
+    @property
+    def max_profiled(self) -> int:
+        return max((g for prof in self.profile.values() for (_, g, _) in prof), default=0)
+
+
+def new_goodput_job(app, batch_size: float, co_adapt: bool) -> GoodputJob:
+    fixed = None if co_adapt else float(batch_size)
+    if co_adapt and app.name == "ncf":
+        fixed = NCF_BATCH
+    return GoodputJob(fixed)
+
+
+def placement_of(gpus: int, nodes: int, per_server: int) -> tuple[int, ...]:
+    """GPUs per server: whole servers, the remainder on the last one."""
+    out, left = [], gpus
+    for _ in range(nodes):
+        take = min(per_server, left)
+        out.append(take)
+        left -= take
+    return tuple(x for x in out if x)
+
+
+def fixed_batch_split(app, batch: float, replicas: int) -> tuple[int, int]:
+    """(micro-batch, accumulation) for a fixed global batch (the peers' rule)."""
+    local = math.ceil(batch / replicas - 1e-8)
+    accum = math.ceil(local / app.max_local_bsz - 1e-8) - 1
+    if replicas == 1 and batch > app.init_batch_size:
+        accum = max(1, accum)
+    accum = max(accum, 0)
+    atomic = math.ceil(local / (accum + 1) - 1e-8)
+    atomic = min(atomic, int(app.max_batch_size / (replicas * (accum + 1))))
+    return max(atomic, 1), accum
+
+
+def throughput_row(app, batch_size: float, replicas: int, gpu_types, capacity, server_gpus, co_adapt: bool) -> np.ndarray:
+    """The job's throughput row for the policy: co-adapted, one GPU at the
+    smallest micro-batch (Sia profiles every type on arrival); rigid, iterations/s
+    at its replicas and batch size (0 where the type has too few GPUs)."""
+    T = np.zeros(len(gpu_types))
+    for j, gpu in enumerate(gpu_types):
+        if co_adapt:
+            step, _ = app.step_sync(gpu, (1,), app.min_local_bsz)
+            T[j] = app.min_local_bsz / step
+            continue
+        if replicas > capacity[j]:
+            continue
+        per = int(server_gpus[j])
+        nodes = -(-replicas // per)
+        b, s = fixed_batch_split(app, batch_size, replicas)
+        step, sync = app.step_sync(gpu, placement_of(replicas, nodes, per), b)
+        T[j] = 1.0 / (step + s * (step - sync))
+    return T
+
+
+def choose_batch(job: GoodputJob, app, gpu: str, gpus: int, nodes: int) -> None:
+    """Batch size and accumulation for a (re)allocation or a new epoch."""
+    from optsched.goodput.model import GoodputModel
+
+    if job.target_batch is not None:
+        job.atomic_bsz, job.accum_steps = fixed_batch_split(app, min(job.target_batch, app.max_batch_size), gpus)
+        return
+    params = job.params.get(gpu)
+    if params is not None and job.grad is not None:
+        model = GoodputModel.single(params, job.grad[0], job.grad[1], app.init_batch_size, app.max_batch_size,
+                                    (app.min_local_bsz, app.max_local_bsz))
+        gp, b, s = model.optimize(np.array([[nodes]]), np.array([[gpus]]))
+        if gp[0, 0] > 0:
+            job.atomic_bsz, job.accum_steps = int(b[0, 0]), int(s[0, 0])
+            return
+    job.atomic_bsz, job.accum_steps = fixed_batch_split(app, max(app.init_batch_size, app.min_local_bsz * gpus), gpus)
+
+
+def advance(job: GoodputJob, app, gpu: str, gpus: int, nodes: int, per_server: int, seconds: float) -> tuple[float, bool]:
+    """Run ``seconds`` of training at the configuration; returns (seconds used,
+    finished). Records the step times it sees (the observations)."""
+    from optsched.goodput.model import statistical_gain
+
+    placement = placement_of(gpus, nodes, per_server)
+    used = 0.0
+    while seconds - used > 1e-9:
+        batch = gpus * job.atomic_bsz * (job.accum_steps + 1)
+        step, sync = app.step_sync(gpu, placement, job.atomic_bsz)
+        t_iter = step + job.accum_steps * (step - sync)
+        sqr, var = app.grad_stats(batch, job.epoch)
+        gain = float(statistical_gain(sqr, var, app.init_batch_size, batch))
+        job.grad = (sqr, var)
+        key = (len(placement), gpus, job.atomic_bsz)
+        prof = job.profile.setdefault(gpu, {})
+        if key not in prof:
+            prof[key] = (step, sync)
+            job.dirty.add(gpu)
+        rate = gain / t_iter
+        target = app.progress_target(job.epoch + 1)
+        left = seconds - used
+        if job.progress + rate * left < target:
+            job.progress += rate * left
+            return seconds, False
+        dt = (target - job.progress) / rate
+        job.progress = target
+        job.epoch += 1
+        used += dt
+        if job.epoch >= app.max_epochs:
+            return used, True
+        choose_batch(job, app, gpu, gpus, nodes)  # re-scale the batch size between epochs
+    return seconds, False
+
+
+def refit(jobs) -> None:
+    """Refit the throughput parameters of every job with new observations (JAX)."""
+    from optsched.goodput.fit import Observations, fit_params
+
+    for job in jobs:
+        for gpu in sorted(job.dirty):
+            rows = job.profile[gpu]
+            keys = np.array(list(rows), dtype=float)
+            vals = np.array(list(rows.values()), dtype=float)
+            obs = Observations.from_arrays(keys[:, 0], keys[:, 1], keys[:, 2], vals[:, 0], vals[:, 1])
+            job.params[gpu] = fit_params(obs).params
+        job.dirty.clear()
+
+
+def elastic_info(gjobs, apps, is_elastic: np.ndarray, configs, restarts: np.ndarray, restart_seconds: np.ndarray,
+                 gpu_types, server_gpus: np.ndarray) -> ElasticInfo:
+    """ElasticInfo for the active jobs (rows of rigid jobs: is_elastic False)."""
+    n, k = len(gjobs), len(gpu_types)
+    params = np.full((n, k, 7), np.nan)
+    cur_g = np.zeros((n, k), dtype=int)
+    cur_n = np.zeros((n, k), dtype=int)
+    grad = np.ones((n, 2))
+    ibs, mbs, lo, hi, cap = (np.ones(n) for _ in range(5))
+    for m, (job, app) in enumerate(zip(gjobs, apps)):
+        if configs[m] is not None:
+            t, g, nodes = configs[m]
+            cur_g[m, t], cur_n[m, t] = g, nodes
+        if job is None:
+            continue
+        for j, gpu in enumerate(gpu_types):
+            if gpu in job.params:
+                params[m, j] = job.params[gpu]
+        grad[m] = job.grad or app.grad_stats(app.init_batch_size, 0)
+        ibs[m], mbs[m], lo[m], hi[m] = app.init_batch_size, app.max_batch_size, app.min_local_bsz, app.max_local_bsz
+        cap[m] = 1.0 if app.name == "ncf" else min(max(2 * job.max_profiled, 1), 64, app.max_batch_size // app.min_local_bsz)
+    return ElasticInfo(
+        is_elastic=np.asarray(is_elastic, dtype=bool), params=params, grad_sqr=grad[:, 0], grad_var=grad[:, 1],
+        init_batch_size=ibs, max_batch_size=mbs, min_local_bsz=lo, max_local_bsz=hi,
+        min_gpus=np.ones(n), max_gpus=cap, num_restarts=np.asarray(restarts, float),
+        restart_seconds=np.asarray(restart_seconds, float), current_gpus=cur_g, current_nodes=cur_n,
+        server_gpus=np.asarray(server_gpus, dtype=int),
+    )
+
+
+def applications_for(cluster, root=None) -> dict:
+    """The profiled applications for a cluster's GPU types: Sia's per-type
+    profiles when every type is one of Sia's, else Pollux's on one type."""
+    from optsched.goodput.profiles import SIA_GPU_TYPES, pollux_applications, sia_applications
+    from optsched.model import OptschedError
+
+    types = tuple(sorted(cluster.gpus))
+    if set(types) <= set(SIA_GPU_TYPES):
+        return sia_applications(root, gpu_types=types)
+    if len(types) == 1:
+        return pollux_applications(root, gpu_type=types[0])
+    raise OptschedError(f"--cluster: elastic jobs run on one GPU type or on Sia's types ({', '.join(SIA_GPU_TYPES)}); "
+                        f"got {', '.join(types)}")

@@ -1,0 +1,84 @@
+"""Space sharing in the simulator (Gavel §3.1): candidate pairs of active jobs
+with their measured pair throughputs, and the packed rates progress uses.
+
+The throughput table gives, per GPU type, the throughputs of two job types
+packed on the same GPUs (traces/throughputs.py ``pairs``). Every active job is
+offered a bounded set of partners — at most ``max_partners`` per job, the job
+types with the best packing gain t_a/T_a + t_b/T_b first, members of a partner
+type spread over the job's own members — so a round's Instance carries O(n·d)
+pairs, never all O(n²). The policy's admission rule (formulations/base.py
+``admitted_pairs``) then keeps the pairs worth packing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _class_rates(jobs, a: tuple, b: tuple) -> np.ndarray:
+    """(k, 2) packed throughputs of job types a, b per GPU type (0 where unmeasured)."""
+    got = jobs.pair_table.pair(a, b) if jobs.pair_table is not None else {}
+    return np.array([got.get(t, (0.0, 0.0)) for t in jobs.gpu_types], dtype=float).reshape(len(jobs.gpu_types), 2)
+
+
+def candidate_pairs(jobs, act: np.ndarray, max_partners: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """(pairs (p, 2) as positions in ``act`` with a < b, pair_throughput (p, k, 2))."""
+    k = len(jobs.gpu_types)
+    empty = (np.zeros((0, 2), dtype=int), np.zeros((0, k, 2)))
+    if jobs.pair_table is None or len(act) < 2:
+        return empty
+    elastic = jobs.is_elastic[act] if jobs.any_elastic else np.zeros(len(act), dtype=bool)
+    members: dict[tuple, list[int]] = {}
+    for pos, m in enumerate(act.tolist()):
+        if not elastic[pos]:
+            members.setdefault(jobs.job_type[m], []).append(pos)
+    classes = list(members)
+    rates: dict[tuple, np.ndarray] = {}
+    ranked: dict[tuple, list[tuple]] = {}
+    for a in classes:
+        Ta = jobs.throughput[act[members[a][0]]]
+        gains = []
+        for b in classes:
+            if a[1] != b[1]:
+                continue  # equal scale factors only (GPUs shared one for one)
+            r = _class_rates(jobs, a, b)
+            Tb = jobs.throughput[act[members[b][0]]]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                g = np.where((Ta > 0) & (Tb > 0), r[:, 0] / Ta + r[:, 1] / Tb, 0.0)
+            if g.max() > 1.0:
+                rates[a, b] = r
+                gains.append((-float(g.max()), b))
+        ranked[a] = [b for _, b in sorted(gains)]
+    chosen: dict[tuple[int, int], np.ndarray] = {}
+    for a in classes:
+        for i, pos in enumerate(members[a]):
+            taken = 0
+            for b in ranked[a]:
+                if taken >= max_partners:
+                    break
+                pool = members[b]
+                for step in range(len(pool)):
+                    if taken >= max_partners:
+                        break
+                    other = pool[(i + step) % len(pool)]
+                    if other == pos:
+                        continue
+                    key = (pos, other) if pos < other else (other, pos)
+                    if key not in chosen:
+                        r = rates[a, b]
+                        chosen[key] = r if pos < other else r[:, ::-1]
+                    taken += 1
+                    if step >= max_partners:
+                        break
+    if not chosen:
+        return empty
+    keys = sorted(chosen)
+    return np.array(keys, dtype=int).reshape(-1, 2), np.stack([chosen[key] for key in keys])
+
+
+def packed_rate(jobs, m: np.ndarray, partner: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """Steps/s of job m packed with ``partner`` on type ``col`` at its scale factor."""
+    out = np.zeros(len(m))
+    for i, (a, b, c) in enumerate(zip(m.tolist(), partner.tolist(), col.tolist())):
+        out[i] = _class_rates(jobs, jobs.job_type[a], jobs.job_type[b])[c, 0]
+    return out

@@ -1,0 +1,383 @@
+"""The stages of one scheduling round (DESIGN.md §11), each a plain function of
+typed state — shared by the simulator's loop (optsched/sim/loop.py) and meant
+for a service's sessions and a real runtime:
+
+    admit      arrivals join the active set (accept-all, or load-based FIFO);
+    observe    goodput models of elastic jobs are refit from what they ran at;
+    decide     the policy: a new Allocation when jobs arrived or left (not
+               sooner than the minimum interval), every K rounds, or every
+               round for policies that read per-round state (pollux, sia, LAS
+               orders); otherwise the same Allocation object is reused;
+    allocate   the Allocator turns the Allocation into this round's Plan:
+               which jobs run, on which type, how many GPUs and servers, who
+               shares GPUs (packed pairs), who (re)starts;
+    progress   the execution stage — the only one that differs between
+               simulated and real execution: ``simulated_progress`` advances
+               rigid jobs by throughput × time (packed pairs at their pair
+               throughputs) and elastic jobs by goodput, and says when each
+               finished;
+    complete / record
+               bookkeeping and the round's metrics row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optsched.model import Instance
+from optsched.sim.jobs import JobArrays
+
+# Policies whose allocation reads per-round state (attained service, goodput
+# fits, current configurations): re-decided every round by default.
+PER_ROUND_POLICIES = frozenset({"pollux", "sia", "tiresias", "las", "fifo", "srtf", "gandiva"})
+
+
+@dataclass
+class SimState:
+    """Mutable per-job progress (numpy, one slot per job)."""
+
+    steps_done: np.ndarray
+    gpu_seconds: np.ndarray
+    first_start: np.ndarray
+    completion: np.ndarray
+    last_run: np.ndarray
+    isolated_time: np.ndarray
+    preemptions: np.ndarray
+    migrations: np.ndarray
+    restarts: np.ndarray  # (re)starts after the first start
+    overhead_left: np.ndarray  # restart seconds still to pay before progress
+    config: list  # (type column, GPUs, servers) the job ran at last, None when not running
+    goodput: dict = field(default_factory=dict)  # job index -> GoodputJob (elastic jobs)
+    progress_violation: float = 0.0  # max(steps gained − throughput·time) seen; 0 when consistent
+
+    @classmethod
+    def empty(cls, jobs: JobArrays, co_adapt: bool) -> "SimState":
+        from optsched.sim.goodput_jobs import new_goodput_job
+
+        n = jobs.n
+        nan = np.full(n, np.nan)
+        goodput = {}
+        if jobs.any_elastic:
+            for m in np.flatnonzero(jobs.is_elastic).tolist():
+                goodput[m] = new_goodput_job(jobs.apps[m], jobs.batch_size[m], co_adapt)
+        return cls(np.zeros(n), np.zeros(n), nan.copy(), nan.copy(), nan.copy(), np.zeros(n),
+                   np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n), [None] * n,
+                   goodput)
+
+
+@dataclass
+class LoopState:
+    """What the loop carries from round to round besides per-job progress."""
+
+    now: float
+    active: list = field(default_factory=list)
+    waiting: list = field(default_factory=list)  # arrived, not admitted (load-based admission)
+    next_arrival: int = 0
+    demand: float = 0.0
+    allocation: object = None
+    dirty: bool = True
+    last_recompute: float = -np.inf
+    rounds_since: int = 0
+    view: "ActiveSet | None" = None
+    window_left: int = -1
+    solver_seconds: float = 0.0
+    fit_seconds: float = 0.0
+    recomputations: int = 0
+
+
+@dataclass(frozen=True)
+class ActiveSet:
+    """The active jobs' arrays that change only when the set does (admission or
+    completion), built once per set instead of once per round. The allocator
+    also sees the same ``job_ids`` tuple round after round."""
+
+    index: np.ndarray
+    job_ids: tuple[str, ...]
+    throughput: np.ndarray
+    scale_factor: np.ndarray
+    weight: np.ndarray
+    arrival: np.ndarray
+    pairs: np.ndarray
+    pair_throughput: np.ndarray
+
+    @classmethod
+    def of(cls, jobs: JobArrays, active: list[int], packing: bool, max_partners: int) -> "ActiveSet":
+        from optsched.sim.packing import candidate_pairs
+
+        act = np.asarray(active)
+        if packing:
+            pairs, rates = candidate_pairs(jobs, act, max_partners)
+        else:
+            pairs, rates = np.zeros((0, 2), dtype=int), np.zeros((0, len(jobs.gpu_types), 2))
+        return cls(act, tuple(jobs.job_ids[m] for m in active), jobs.throughput[act], jobs.scale_factor[act],
+                   jobs.weight[act], jobs.arrival[act], pairs, rates)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """This round's units, one row per (job, GPU type) it runs on."""
+
+    m: np.ndarray  # job index
+    col: np.ndarray  # GPU type column
+    gpus: np.ndarray  # GPUs (float)
+    servers: np.ndarray  # servers it spans (int)
+    partner: np.ndarray  # job index of its packing partner, -1 when alone
+    restarted: np.ndarray  # bool: pays the restart overhead this round
+    started: tuple = ()
+    preempted: tuple = ()
+    migrated: tuple = ()
+
+    @property
+    def running_jobs(self) -> int:
+        return len(set(self.m.tolist()))
+
+
+# ---------------------------------------------------------------- admit
+
+
+def admit(ls: LoopState, jobs: JobArrays, admission: str, load_factor: float, total_gpus: float) -> None:
+    while ls.next_arrival < jobs.n and jobs.arrival[ls.next_arrival] <= ls.now:
+        ls.waiting.append(ls.next_arrival)
+        ls.next_arrival += 1
+    if not ls.waiting:
+        return
+    if admission == "accept-all":
+        admitted, ls.waiting = ls.waiting, []
+        ls.demand += float(jobs.scale_factor[admitted].sum())
+    else:
+        admitted = []
+        limit = load_factor * total_gpus
+        while ls.waiting and (ls.demand + jobs.scale_factor[ls.waiting[0]] <= limit or not ls.active and not admitted):
+            m = ls.waiting.pop(0)
+            admitted.append(m)
+            ls.demand += jobs.scale_factor[m]
+    if admitted:
+        ls.active.extend(admitted)
+        ls.view = None
+        ls.dirty = True
+
+
+# ---------------------------------------------------------------- observe
+
+
+def observe(st: SimState, active: list[int]) -> None:
+    """Refit the goodput models of active elastic jobs with new observations."""
+    from optsched.sim.goodput_jobs import refit
+
+    refit([st.goodput[m] for m in active if m in st.goodput])
+
+
+# ---------------------------------------------------------------- decide
+
+
+def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarray, now: float,
+             restart_seconds: np.ndarray, server: np.ndarray, goodput_policy: bool) -> Instance:
+    act = view.index
+    elastic = None
+    if goodput_policy and jobs.any_elastic:
+        from optsched.sim.goodput_jobs import elastic_info
+
+        ml = act.tolist()
+        elastic = elastic_info([st.goodput.get(m) for m in ml], [jobs.apps[m] for m in ml], jobs.is_elastic[act],
+                               [st.config[m] for m in ml], np.maximum(st.restarts[act], 0), restart_seconds[act],
+                               jobs.gpu_types, server)
+    return Instance(
+        job_ids=view.job_ids,
+        gpu_types=jobs.gpu_types,
+        throughput=view.throughput,
+        scale_factor=view.scale_factor,
+        weight=view.weight,
+        capacity=capacity,
+        steps_remaining=np.where(jobs.is_elastic[act], np.nan, jobs.steps_total[act] - st.steps_done[act])
+        if jobs.any_elastic else jobs.steps_total[act] - st.steps_done[act],
+        elapsed_time=now - view.arrival,
+        attained_service=st.gpu_seconds[act],
+        arrival_time=view.arrival,
+        time=now,
+        isolated_time=st.isolated_time[act],
+        last_run_time=st.last_run[act],
+        pairs=view.pairs,
+        pair_throughput=view.pair_throughput,
+        elastic=elastic,
+    )
+
+
+def should_recompute(ls: LoopState, min_interval: float, every: int | None) -> bool:
+    due = ls.dirty or (every is not None and ls.rounds_since >= every)
+    return ls.allocation is None or (due and ls.now - ls.last_recompute >= min_interval)
+
+
+# ---------------------------------------------------------------- allocate
+
+
+def allocate(allocator, inst: Instance, allocation, jobs: JobArrays, st: SimState, index_of: dict,
+             type_index: dict) -> Plan:
+    """The Allocator's placement as a Plan. A job's servers are those its GPUs
+    are on, or the policy's own node count (configuration policies choose
+    nodes); a job restarts when it (re)starts, moves, or changes configuration."""
+    placement = allocator.next_round(inst, allocation)
+    nodes = getattr(allocation, "nodes", None)
+    row_of = {jid: r for r, jid in enumerate(allocation.job_ids)} if nodes is not None else None
+    ms, cols, gpus, servers, slots_of = [], [], [], [], []
+    for jid, slots in placement.assignments.items():
+        m = index_of[jid]
+        per_type: dict[str, list] = {}
+        for s in slots:
+            per_type.setdefault(s.gpu_type, []).append(s)
+        for t, ss in per_type.items():
+            c = type_index[t]
+            ms.append(m)
+            cols.append(c)
+            gpus.append(len(ss))
+            srv = len({s.server for s in ss})
+            if row_of is not None and jid in row_of and nodes[row_of[jid], c] > 0:
+                srv = int(nodes[row_of[jid], c])
+            servers.append(srv)
+            slots_of.append(ss[0])
+    m = np.asarray(ms, dtype=np.int64)
+    partner = np.full(len(ms), -1, dtype=np.int64)
+    if len(allocation.pairs):
+        first: dict = {}
+        for i, s in enumerate(slots_of):
+            key = (s.server, s.gpu_type, s.gpu)
+            if key in first:
+                partner[i], partner[first[key]] = m[first[key]], m[i]
+            else:
+                first[key] = i
+    moved = set(placement.started) | set(placement.migrated)
+    restarted = np.zeros(len(ms), dtype=bool)
+    for i, (j, c, g, srv) in enumerate(zip(ms, cols, gpus, servers)):
+        restarted[i] = jobs.job_ids[j] in moved or (st.config[j] is not None and st.config[j] != (c, g, srv))
+    return Plan(m, np.asarray(cols, dtype=np.int64), np.asarray(gpus, dtype=float), np.asarray(servers, dtype=np.int64),
+                partner, restarted, tuple(placement.started), tuple(placement.preempted), tuple(placement.migrated))
+
+
+# ---------------------------------------------------------------- progress (execution)
+
+
+@dataclass(frozen=True)
+class Progress:
+    run: np.ndarray  # seconds each unit ran this round (≤ round length)
+    gained: np.ndarray  # steps (rigid) or statistical progress (elastic) gained
+    finished: np.ndarray  # bool
+    rate_bound: np.ndarray  # the rate gained may not exceed (rigid units; inf for elastic)
+
+
+def simulated_progress(plan: Plan, jobs: JobArrays, st: SimState, round_length: float, restart_overhead: np.ndarray,
+                       server: np.ndarray, progress_rate=None) -> Progress:
+    """Simulated execution of one round. Rigid units advance rate × (run −
+    overhead), rate = throughput × GPUs / scale factor (a packed unit: its pair
+    throughput); elastic units run their goodput model; a unit that restarts
+    first pays ``restart_overhead`` seconds (carried over rounds)."""
+    from optsched.sim.goodput_jobs import advance, choose_batch
+
+    sm, stype, sn = plan.m, plan.col, plan.gpus
+    n_units = len(sm)
+    overhead = st.overhead_left[sm].copy()
+    if plan.restarted.any():
+        overhead[plan.restarted] = restart_overhead[sm[plan.restarted]]
+    solo = jobs.throughput[sm, stype] * sn / np.maximum(jobs.scale_factor[sm], 1e-300)
+    rate = solo
+    if (plan.partner >= 0).any():
+        from optsched.sim.packing import packed_rate
+
+        rate = solo.copy()
+        packed = plan.partner >= 0
+        rate[packed] = packed_rate(jobs, sm[packed], plan.partner[packed], stype[packed]) * sn[packed] / jobs.scale_factor[sm[packed]]
+    if progress_rate is not None:
+        from optsched.sim.loop import RunningJob
+
+        rate = np.array([
+            progress_rate(RunningJob(jobs.job_ids[m], str(jobs.models[m]), int(jobs.scale_factor[m]), jobs.gpu_types[t],
+                                     int(c), float(jobs.throughput[m, t]), float(st.steps_done[m]),
+                                     float(jobs.steps_total[m])))
+            for m, t, c in zip(sm, stype, sn)
+        ], dtype=float)
+    remaining = np.maximum(jobs.steps_total[sm] - st.steps_done[sm], 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = overhead + np.where(rate > 0, remaining / np.maximum(rate, 1e-300), np.inf)
+    elastic = jobs.is_elastic[sm] if jobs.any_elastic else np.zeros(n_units, dtype=bool)
+    need[elastic] = np.inf
+    run = np.minimum(need, round_length)
+    finished = need <= round_length
+    gained = rate * np.maximum(run - overhead, 0.0)
+    pay = np.minimum(overhead, round_length)
+    for i in np.flatnonzero(elastic).tolist():
+        m, c = int(sm[i]), int(stype[i])
+        g, srv = int(sn[i]), int(plan.servers[i])
+        job = st.goodput[m]
+        if plan.restarted[i] or st.config[m] != (c, g, srv):
+            choose_batch(job, jobs.apps[m], jobs.gpu_types[c], g, srv)
+        before = job.progress
+        used, done = advance(job, jobs.apps[m], jobs.gpu_types[c], g, srv, int(server[c]), round_length - pay[i])
+        run[i] = pay[i] + used
+        finished[i] = done
+        gained[i] = job.progress - before
+    st.overhead_left[sm] = overhead - pay
+    bound = np.where(elastic, np.inf, solo if progress_rate is None else np.inf)
+    return Progress(run, gained, finished, bound)
+
+
+def apply_progress(plan: Plan, prog: Progress, jobs: JobArrays, st: SimState, now: float, equal_thr_floor: np.ndarray,
+                   round_length: float) -> np.ndarray:
+    """Book a round's progress into the state; returns the jobs that finished."""
+    sm, sn, run, gained, finished = plan.m, plan.gpus, prog.run, prog.gained, prog.finished
+    unique = plan.running_jobs == len(sm)
+    if sm.size and np.isfinite(prog.rate_bound).any():
+        fin = np.isfinite(prog.rate_bound)
+        st.progress_violation = max(st.progress_violation,
+                                    float((gained[fin] - prog.rate_bound[fin] * run[fin]).max()))
+    _add(st.steps_done, sm, gained, unique)
+    if finished.any():
+        st.steps_done[sm[finished]] = jobs.steps_total[sm[finished]]  # no float drift at completion
+    _add(st.gpu_seconds, sm, sn * run, unique)
+    _add(st.isolated_time, sm, gained / equal_thr_floor[sm], unique)
+    first = np.isnan(st.first_start[sm])
+    st.first_start[sm[first]] = now
+    st.last_run[sm] = now + run
+    st.restarts[sm[plan.restarted & ~first]] += 1
+    running = set(sm.tolist())
+    for i in range(len(sm)):
+        st.config[int(sm[i])] = (int(plan.col[i]), int(sn[i]), int(plan.servers[i]))
+    done = np.unique(sm[finished]) if finished.any() else sm[:0]
+    for m, r in zip(sm[finished], run[finished]):
+        st.completion[m] = now + r
+    return done, running
+
+
+def _add(target: np.ndarray, index: np.ndarray, values: np.ndarray, unique: bool) -> None:
+    """target[index] += values, repeated indices accumulating (np.add.at); the
+    plain fancy += when there are no repeats (the common case, ~5× cheaper)."""
+    if unique:
+        target[index] += values
+    else:
+        np.add.at(target, index, values)
+
+
+# ---------------------------------------------------------------- record
+
+
+ROUND_COLUMNS = ("time", "duration", "active_jobs", "running_jobs", "waiting_jobs", "recomputed", "solver_seconds",
+                 "fit_seconds", "started", "preempted", "migrated", "completed", "packed_jobs")
+
+
+def round_record(ls: LoopState, plan: Plan, prog: Progress, n_active: int, duration: float, recomputed: bool,
+                 solve_s: float, fit_s: float, done: int, capacity: np.ndarray) -> tuple:
+    """One row of the rounds table: counts and utilization per type (busy
+    GPU-seconds / (GPUs × duration); a packed pair's GPUs count once)."""
+    k = len(capacity)
+    w = plan.gpus * prog.run
+    packed = plan.partner >= 0
+    if packed.any():
+        # each pair's GPUs are busy while either member runs: split by halves of the longer run
+        partner_run = dict(zip(plan.m[packed].tolist(), prog.run[packed].tolist()))
+        w = w.copy()
+        for i in np.flatnonzero(packed).tolist():
+            other = partner_run.get(int(plan.partner[i]), prog.run[i])
+            w[i] = plan.gpus[i] * max(prog.run[i], other) / 2
+    busy = np.bincount(plan.col, weights=w, minlength=k)
+    return (ls.now, duration, n_active, plan.running_jobs, len(ls.waiting), bool(recomputed), solve_s, fit_s,
+            len(plan.started), len(plan.preempted), len(plan.migrated), int(done), int(packed.sum()),
+            *(busy / np.maximum(capacity * duration, 1e-300)))
