@@ -1,0 +1,122 @@
+"""`optsched serve`: the HTTP service (FastAPI + uvicorn) over durable sessions."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import sys
+from typing import Optional
+
+import typer
+
+from optsched.cli.common import app, err_console
+
+DEFAULT_PORT = 8470
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the record's ``fields``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"), "level": record.levelname,
+               "logger": record.name, "message": record.getMessage()}
+        out.update(getattr(record, "fields", {}) or {})
+        if record.exc_info:
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Bind address (a non-loopback address needs --token)."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="TCP port."),
+    db: str = typer.Option("optsched-sessions.db", "--db", envvar="OPTSCHED_DB",
+                           help="SQLite database of the sessions (created if missing; env OPTSCHED_DB)."),
+    token: Optional[str] = typer.Option(None, "--token", envvar="OPTSCHED_TOKEN",
+                                        help="Bearer token required on /v1 (env OPTSCHED_TOKEN)."),
+    max_body_bytes: int = typer.Option(32 * 2**20, "--max-body-bytes", help="Largest request body, bytes."),
+    max_jobs: int = typer.Option(10_000, "--max-jobs", help="Jobs per snapshot / active jobs per session."),
+    max_gpus: int = typer.Option(100_000, "--max-gpus", help="GPUs per cluster."),
+    max_time_limit: float = typer.Option(600.0, "--max-time-limit", help="Cap on any solver time limit, seconds."),
+    sessions_cached: int = typer.Option(256, "--sessions-cached", help="Sessions kept in memory (others load on use)."),
+    sync: str = typer.Option("full", "--sync", help="SQLite synchronous: full (survives power loss) | normal (survives a killed process)."),
+    log_format: str = typer.Option("text", "--log-format", help="text | json (one object per line)."),
+    access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="Log every request (INFO)."),
+):
+    """Serve stateless solves and durable scheduling sessions over HTTP."""
+    from optsched.service.models import Limits
+
+    if not is_loopback(host) and not token:
+        err_console.print(f"[bold red]error:[/] --token: required when binding to a non-loopback address ({host}); "
+                          "or set OPTSCHED_TOKEN", highlight=False)
+        raise typer.Exit(2)
+    if log_format not in ("text", "json"):
+        err_console.print(f"[bold red]error:[/] --log-format: choose text or json (got {log_format!r})")
+        raise typer.Exit(2)
+    if sync.lower() not in ("full", "normal"):
+        err_console.print(f"[bold red]error:[/] --sync: choose full or normal (got {sync!r})")
+        raise typer.Exit(2)
+    for name, value in (("--max-body-bytes", max_body_bytes), ("--max-jobs", max_jobs), ("--max-gpus", max_gpus),
+                        ("--sessions-cached", sessions_cached), ("--max-time-limit", max_time_limit)):
+        if not value > 0:
+            err_console.print(f"[bold red]error:[/] {name}: must be positive (got {value})")
+            raise typer.Exit(2)
+    try:
+        import uvicorn
+
+        from optsched.service.app import create_app
+    except ImportError as e:
+        err_console.print(f"[bold red]error:[/] the service needs fastapi and uvicorn ({e.name} is missing): "
+                          "pip install 'optsched[service]'", highlight=False)
+        raise typer.Exit(2)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    svc = logging.getLogger("optsched.service")
+    svc.handlers[:] = [handler]
+    svc.propagate = False
+    svc.setLevel(min(logging.getLogger().level or logging.WARNING, logging.INFO))
+    logging.getLogger("optsched.service.access").setLevel(logging.INFO if access_log else logging.WARNING)
+    limits = Limits(max_body_bytes=max_body_bytes, max_jobs=max_jobs, max_gpus=max_gpus,
+                    max_time_limit=max_time_limit, max_sessions_cached=sessions_cached)
+    try:
+        application = create_app(db, token=token, limits=limits, synchronous=sync.upper())
+    except Exception as e:  # an unreadable database path or a newer schema: one line, exit 2
+        err_console.print(f"[bold red]error:[/] --db {db}: {e}", highlight=False)
+        raise typer.Exit(2)
+    _warm_up()
+    where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    svc.warning("optsched serve %s: listening on %s (database %s, token %s)", _version(), where, db,
+                "required" if token else "not required")
+    uvicorn.run(application, host=host, port=port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=5)
+
+
+def _warm_up() -> None:
+    """Import what the first requests need, so they are not seconds slower."""
+    import optsched.allocator  # noqa: F401
+    import optsched.policy  # noqa: F401
+    from optsched.policy import _module
+    from optsched.service.session import per_round_policies
+
+    per_round_policies()
+    try:
+        _module("max_min_fairness")
+    except Exception:  # a build without the formulation still serves the rest
+        pass
+
+
+def _version() -> str:
+    from optsched import __version__
+
+    return __version__

@@ -1,0 +1,186 @@
+"""Python client of `optsched serve`, with the names of the in-process API.
+
+    from optsched.client import Client
+    with Client("http://127.0.0.1:8470", token=None) as c:
+        c.solve(snapshot, policy="max_min_fairness", placement=True)    # like optsched.solve
+        s = c.session({"gpus": {"v100": 4}}, policy="max_min_fairness", round_length=360)
+        s.submit([{"id": "j0", "throughput": {"v100": 1.5}, "steps_total": 1e4}])
+        r = s.next_round()          # {"placement", "started", "preempted", "migrated", ...}
+        s.report([{"job_id": "j0", "steps": 540}])
+        s.record("j0", "v100", 90)  # like Allocator.record: it ran only 90 s of the round
+        s.remove(["j0"])            # like Allocator.remove: finished
+        s.state()
+
+``RemoteSession`` has the methods of ``optsched.service.Session`` (the
+in-process session) with the same arguments and the same JSON results, so a
+scheduler loop can run against either. Errors raise ``ServiceError`` (an
+``OptschedError``) carrying the HTTP status and the offending field; 404 and
+409 raise ``NotFoundError`` / ``ConflictError``, subclasses of the in-process
+``NotFound`` / ``Conflict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import httpx
+
+from optsched.model import OptschedError
+from optsched.service.session import Conflict, NotFound
+
+DEFAULT_URL = "http://127.0.0.1:8470"
+
+
+class ServiceError(OptschedError):
+    def __init__(self, status: int, detail: str, field: str | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.field = status, detail, field
+
+
+class NotFoundError(ServiceError, NotFound):
+    pass
+
+
+class ConflictError(ServiceError, Conflict):
+    pass
+
+
+class UnauthorizedError(ServiceError):
+    pass
+
+
+class Client:
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 300.0,
+                 transport: httpx.BaseTransport | None = None):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def request(self, method: str, path: str, json: Any = None, params: dict | None = None) -> Any:
+        r = self._http.request(method, path, json=json, params=params)
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+                detail, field = body.get("detail", r.text), body.get("field")
+            except ValueError:
+                detail, field = r.text, None
+            cls = {401: UnauthorizedError, 404: NotFoundError, 409: ConflictError}.get(r.status_code, ServiceError)
+            raise cls(r.status_code, f"{detail}", field)
+        return None if r.status_code == 204 or not r.content else r.json()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ stateless
+
+    def healthz(self) -> dict:
+        return self.request("GET", "/healthz")
+
+    def policies(self) -> list[str]:
+        return self.request("GET", "/v1/policies")["policies"]
+
+    def solve(self, snapshot: dict | Any, policy: str = "max_min_fairness", solver: str = "auto",
+              time_limit: float = 60.0, packing: bool = False, placement: bool = False,
+              placement_policy: str = "consolidated") -> dict:
+        """optsched.solve over HTTP: the JSON of ``Allocation.to_dict()`` (plus the
+        placement and allocator state with ``placement=True``)."""
+        if hasattr(snapshot, "model_dump"):
+            snapshot = snapshot.model_dump(mode="json", exclude_none=True)
+        body = {"snapshot": snapshot, "policy": policy, "solver": solver, "time_limit": time_limit,
+                "packing": packing, "placement": placement, "placement_policy": placement_policy}
+        return self.request("POST", "/v1/solve", body)
+
+    # ------------------------------------------------------------------ sessions
+
+    def session(self, cluster: dict | Any, policy: str = "max_min_fairness", **options) -> "RemoteSession":
+        """Create a session (options: SessionConfig fields — round_length,
+        recompute_every, min_recompute_interval, placement, allocator, session_id, ...)."""
+        if hasattr(cluster, "model_dump"):
+            cluster = cluster.model_dump(mode="json", exclude_none=True)
+        out = self.request("POST", "/v1/sessions", {"cluster": cluster, "policy": policy, **options})
+        return RemoteSession(self, out["session_id"])
+
+    def open_session(self, session_id: str) -> "RemoteSession":
+        """An existing session (404 if unknown)."""
+        s = RemoteSession(self, session_id)
+        s.last_round()
+        return s
+
+    def sessions(self) -> list[str]:
+        return self.request("GET", "/v1/sessions")["sessions"]
+
+
+class RemoteSession:
+    """A session on the server; methods as ``optsched.service.Session``."""
+
+    def __init__(self, client: Client, session_id: str):
+        self.client, self.id = client, session_id
+        self._base = f"/v1/sessions/{session_id}"
+
+    def submit(self, jobs: Iterable[dict] | dict) -> list[dict]:
+        jobs = [jobs] if isinstance(jobs, dict) else [_plain(j) for j in jobs]
+        return self.client.request("POST", f"{self._base}/jobs", {"jobs": jobs})["jobs"]
+
+    def update(self, job_id: str, changes: dict | None = None, **fields) -> dict:
+        return self.client.request("PATCH", f"{self._base}/jobs/{job_id}", {**(changes or {}), **fields})
+
+    def finish(self, job_id: str, seconds: float | None = None) -> dict:
+        body = {} if seconds is None else {"seconds": seconds}
+        return self.client.request("POST", f"{self._base}/jobs/{job_id}/finish", body)
+
+    def remove(self, job_ids: str | Iterable[str]) -> list[dict]:
+        """Allocator.remove's name: finish these jobs (already finished: skipped)."""
+        ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
+        out = []
+        for j in ids:
+            try:
+                out.append(self.finish(j))
+            except NotFoundError:
+                if self.job(j)["status"] != "finished":
+                    raise
+        return out
+
+    def report(self, reports: Iterable[dict] | dict) -> list[dict]:
+        reports = [reports] if isinstance(reports, dict) else [_plain(r) for r in reports]
+        return self.client.request("POST", f"{self._base}/progress", {"reports": reports})["jobs"]
+
+    def record(self, job_id: str, gpu_type: str, seconds: float) -> dict:
+        """Allocator.record's name: the job ran only ``seconds`` in the last round."""
+        last = self.last_round() or {}
+        ran = {g["gpu_type"] for g in last.get("placement", {}).get(job_id, [])}
+        if ran and gpu_type not in ran:
+            raise ServiceError(422, f"record: job {job_id!r} did not run on {gpu_type} in the last round", "gpu_type")
+        return self.report({"job_id": job_id, "seconds": seconds})[0]
+
+    def next_round(self, now: float | None = None, expected_round: int | None = None) -> dict:
+        body = {k: v for k, v in (("now", now), ("expected_round", expected_round)) if v is not None}
+        return self.client.request("POST", f"{self._base}/rounds", body)
+
+    def last_round(self) -> dict | None:
+        return self.client.request("GET", f"{self._base}/rounds/last")
+
+    def state(self) -> dict:
+        return self.client.request("GET", self._base)
+
+    def job(self, job_id: str) -> dict:
+        return self.client.request("GET", f"{self._base}/jobs/{job_id}")
+
+    def events(self, after: int = -1, limit: int = 1000) -> list[dict]:
+        return self.client.request("GET", f"{self._base}/events", params={"after": after, "limit": limit})["events"]
+
+    def delete(self) -> None:
+        self.client.request("DELETE", self._base)
+
+
+def _plain(x):
+    return x.model_dump(mode="json", exclude_none=True) if hasattr(x, "model_dump") else x
+
+
+__all__ = ["Client", "RemoteSession", "ServiceError", "NotFoundError", "ConflictError", "UnauthorizedError"]

@@ -1,0 +1,451 @@
+"""The HTTP layer: a thin FastAPI shell over ``Session`` and the policy entry point.
+
+    GET  /healthz                                  liveness (no token needed)
+    GET  /v1/policies                              policy names
+    POST /v1/solve                                 snapshot → allocation, explanation (, placement)
+    POST /v1/sessions                              create a scheduling session
+    GET  /v1/sessions                              session ids
+    GET  /v1/sessions/{sid}                        the session's state
+    DELETE /v1/sessions/{sid}
+    POST /v1/sessions/{sid}/jobs                   submit jobs
+    GET  /v1/sessions/{sid}/jobs/{job_id}
+    PATCH /v1/sessions/{sid}/jobs/{job_id}         update a job
+    POST /v1/sessions/{sid}/jobs/{job_id}/finish
+    POST /v1/sessions/{sid}/progress               progress reports
+    POST /v1/sessions/{sid}/rounds                 the next round
+    GET  /v1/sessions/{sid}/rounds/last
+    GET  /v1/sessions/{sid}/events                 the session's committed changes
+
+Requests to one session are serialized (an asyncio lock per session) and run
+in worker threads (solves with the session's time limit), so the event loop
+keeps serving other sessions. Errors are JSON ``{"detail", "field"}``: 422
+for invalid input (naming the field), 401 without the right bearer token, 404
+for an unknown session or job, 409 for a conflict, 413 for an oversize body;
+an unexpected error is logged with its traceback and answered 500 without one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import re
+import time
+from collections import OrderedDict
+from typing import Any
+
+import anyio
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from optsched import __version__
+from optsched.model import OptschedError
+from optsched.service.models import (SESSION_ID_PATTERN, ErrorBody, FinishRequest, Health, JobOut, JobsOut,
+                                     JobUpdate, Limits, PoliciesOut, ReportProgress, RoundOut, RoundRequest,
+                                     SessionConfig, SessionCreated, SessionOut, SolveRequest, SolveResponse,
+                                     SubmitJobs)
+from optsched.service.session import Conflict, NotFound, Session, jsonable, per_round_policies
+from optsched.service.store import Store
+
+log = logging.getLogger("optsched.service")
+access_log = logging.getLogger("optsched.service.access")
+
+ERRORS = {
+    401: {"model": ErrorBody, "description": "Missing or wrong bearer token."},
+    404: {"model": ErrorBody, "description": "Unknown session or job."},
+    409: {"model": ErrorBody, "description": "Conflict: duplicate id, stale round."},
+    413: {"model": ErrorBody, "description": "Request body larger than the server's limit."},
+    422: {"model": ErrorBody, "description": "Invalid input; `field` names it."},
+}
+SID = Path(pattern=SESSION_ID_PATTERN, description="Session id.")
+JOB_ID = Path(pattern=r"^[A-Za-z0-9_.:@+\-]{1,128}$", description="Job id.")
+
+
+class Registry:
+    """Sessions in memory (an LRU of at most ``limit``), loaded lazily from the
+    store; one asyncio lock per session id serializes its requests."""
+
+    def __init__(self, store: Store, limits: Limits):
+        self.store, self.limits = store, limits
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, sid: str) -> asyncio.Lock:
+        lk = self.locks.get(sid)
+        if lk is None:
+            lk = self.locks[sid] = asyncio.Lock()
+        return lk
+
+    async def get(self, sid: str) -> Session:
+        """The session (call with its lock held)."""
+        s = self.sessions.get(sid)
+        if s is None:
+            s = await anyio.to_thread.run_sync(Session.load, sid, self.store, self.limits)
+            self.sessions[sid] = s
+            self._evict()
+        self.sessions.move_to_end(sid)
+        return s
+
+    def put(self, s: Session) -> None:
+        self.sessions[s.id] = s
+        self._evict()
+
+    def drop(self, sid: str) -> None:
+        self.sessions.pop(sid, None)
+
+    def _evict(self) -> None:
+        # Safe at any time: a session's memory is exactly its committed row.
+        while len(self.sessions) > self.limits.max_sessions_cached:
+            for sid in self.sessions:
+                if not self.lock(sid).locked():
+                    del self.sessions[sid]
+                    self.locks.pop(sid, None)
+                    break
+            else:
+                return
+
+
+def create_app(db: str | Store = ":memory:", token: str | None = None, limits: Limits = Limits(),
+               synchronous: str = "FULL") -> FastAPI:
+    store = db if isinstance(db, Store) else Store(db, synchronous=synchronous)
+    registry = Registry(store, limits)
+    bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>` (required when the server has a token).")
+
+    def authorize(cred: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if token is None:
+            return
+        if cred is None or not hmac.compare_digest(cred.credentials.encode(), token.encode()):
+            raise _Unauthorized()
+
+    app = FastAPI(
+        title="optsched", version=__version__,
+        description="Optimization-based GPU cluster scheduling as a service: stateless solves and durable "
+        "scheduling sessions (README: Embedding).",
+    )
+    app.state.store, app.state.registry, app.state.limits = store, registry, limits
+    v1: list[Any] = [Depends(authorize)]
+
+    # ------------------------------------------------------------------ errors
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        return _error(422, *_describe_validation(exc))
+
+    @app.exception_handler(OptschedError)
+    async def _optsched_error(request: Request, exc: OptschedError):
+        status = 404 if isinstance(exc, NotFound) else 409 if isinstance(exc, Conflict) else 422
+        msg = str(exc)
+        return _error(status, msg, _field_of(msg))
+
+    @app.exception_handler(_Unauthorized)
+    async def _unauthorized(request: Request, exc: _Unauthorized):
+        return _error(401, "missing or wrong bearer token (Authorization: Bearer <token>)", "Authorization",
+                      headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        return _error(exc.status_code, str(exc.detail), None, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
+        return _error(500, "internal error (logged on the server)", None)
+
+    # ------------------------------------------------------------------ stateless
+
+    @app.get("/healthz", response_model=Health, tags=["service"])
+    async def healthz():
+        return _json({"status": "ok", "version": __version__, "sessions_cached": len(registry.sessions),
+                      "database": store.path})
+
+    @app.get("/v1/policies", response_model=PoliciesOut, dependencies=v1, responses=ERRORS, tags=["service"])
+    async def policies():
+        from optsched.policy import policy_names
+
+        return _json({"policies": policy_names(), "per_round": sorted(per_round_policies())})
+
+    @app.post("/v1/solve", response_model=SolveResponse, dependencies=v1, responses=ERRORS, tags=["solve"])
+    async def solve(req: SolveRequest):
+        """Stateless: solve a policy on a snapshot; with ``placement`` also the
+        next round's placement and the allocator state to merge into the next snapshot."""
+        snap = req.snapshot
+        _check_policy(req.policy)
+        _check_finite(snap.model_dump(), "snapshot")
+        if len(snap.jobs) > limits.max_jobs:
+            raise OptschedError(f"snapshot.jobs: {len(snap.jobs)} jobs exceed the server's limit of {limits.max_jobs}")
+        total = sum(snap.cluster.gpus.values())
+        if total > limits.max_gpus:
+            raise OptschedError(f"snapshot.cluster.gpus: {total} GPUs exceed the server's limit of {limits.max_gpus}")
+        return _json(await anyio.to_thread.run_sync(_solve, req, limits))
+
+    # ------------------------------------------------------------------ sessions
+
+    @app.post("/v1/sessions", status_code=201, response_model=SessionCreated, dependencies=v1, responses=ERRORS,
+              tags=["sessions"])
+    async def create_session(cfg: SessionConfig):
+        _check_finite(cfg.cluster.model_dump(), "cluster")
+        s = await anyio.to_thread.run_sync(Session.create, cfg, store, limits)
+        registry.put(s)
+        log.info("session %s created (policy %s, %d GPUs)", s.id, cfg.policy, sum(cfg.cluster.gpus.values()))
+        return _json({"session_id": s.id, "time": s.time, "round": s.round}, 201)
+
+    @app.get("/v1/sessions", dependencies=v1, responses=ERRORS, tags=["sessions"])
+    async def list_sessions(limit: int = Query(1000, ge=1, le=100_000)) -> dict[str, list[str]]:
+        return _json({"sessions": await anyio.to_thread.run_sync(store.session_ids, limit)})
+
+    async def run(sid: str, fn, *args):
+        async with registry.lock(sid):
+            s = await registry.get(sid)
+            return await anyio.to_thread.run_sync(fn, s, *args)
+
+    @app.get("/v1/sessions/{sid}", response_model=SessionOut, dependencies=v1, responses=ERRORS, tags=["sessions"])
+    async def get_session(sid: str = SID):
+        return _json(await run(sid, Session.state))
+
+    @app.delete("/v1/sessions/{sid}", status_code=204, dependencies=v1, responses=ERRORS, tags=["sessions"])
+    async def delete_session(sid: str = SID):
+        async with registry.lock(sid):
+            if not await anyio.to_thread.run_sync(store.delete, sid):
+                raise NotFound(f"session {sid!r} not found")
+            registry.drop(sid)
+        log.info("session %s deleted", sid)
+        return _no_content()
+
+    @app.post("/v1/sessions/{sid}/jobs", response_model=JobsOut, dependencies=v1, responses=ERRORS, tags=["sessions"])
+    async def submit(body: SubmitJobs, sid: str = SID):
+        if len(body.jobs) > limits.max_jobs:
+            raise OptschedError(f"jobs: {len(body.jobs)} jobs exceed the server's limit of {limits.max_jobs}")
+        return _json({"jobs": await run(sid, Session.submit, body)})
+
+    @app.get("/v1/sessions/{sid}/jobs/{job_id}", response_model=JobOut, dependencies=v1, responses=ERRORS,
+             tags=["sessions"])
+    async def get_job(sid: str = SID, job_id: str = JOB_ID):
+        return _json(await run(sid, Session.job, job_id))
+
+    @app.patch("/v1/sessions/{sid}/jobs/{job_id}", response_model=JobOut, dependencies=v1, responses=ERRORS,
+               tags=["sessions"])
+    async def update_job(body: JobUpdate, sid: str = SID, job_id: str = JOB_ID):
+        return _json(await run(sid, Session.update, job_id, body))
+
+    @app.post("/v1/sessions/{sid}/jobs/{job_id}/finish", response_model=JobOut, dependencies=v1, responses=ERRORS,
+              tags=["sessions"])
+    async def finish_job(body: FinishRequest | None = None, sid: str = SID, job_id: str = JOB_ID):
+        return _json(await run(sid, Session.finish, job_id, body.seconds if body else None))
+
+    @app.post("/v1/sessions/{sid}/progress", response_model=JobsOut, dependencies=v1, responses=ERRORS,
+              tags=["sessions"])
+    async def progress(body: ReportProgress, sid: str = SID):
+        return _json({"jobs": await run(sid, Session.report, body.reports)})
+
+    @app.post("/v1/sessions/{sid}/rounds", response_model=RoundOut, dependencies=v1, responses=ERRORS,
+              tags=["sessions"])
+    async def next_round(body: RoundRequest | None = None, sid: str = SID):
+        body = body or RoundRequest()
+        return _json(await run(sid, Session.next_round, body.now, body.expected_round))
+
+    @app.get("/v1/sessions/{sid}/rounds/last", response_model=RoundOut | None, dependencies=v1, responses=ERRORS,
+             tags=["sessions"])
+    async def last_round(sid: str = SID):
+        return _json(await run(sid, Session.last_round))
+
+    @app.get("/v1/sessions/{sid}/events", dependencies=v1, responses=ERRORS, tags=["sessions"])
+    async def events(sid: str = SID, after: int = Query(-1, ge=-1, le=2**62), limit: int = Query(1000, ge=1, le=10_000)
+                     ) -> dict[str, list[dict]]:
+        async with registry.lock(sid):
+            await registry.get(sid)  # 404 for an unknown session
+            return _json({"events": await anyio.to_thread.run_sync(store.events, sid, after, limit)})
+
+    app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(_AccessLog)
+    return app
+
+
+# ---------------------------------------------------------------------- work in threads
+
+
+def _solve(req: SolveRequest, limits: Limits) -> dict:
+    from optsched.policy import solve as solve_policy
+
+    t0 = time.perf_counter()
+    options = {"packing": True} if req.packing else {}
+    alloc = solve_policy(req.snapshot, policy=req.policy, solver=req.solver,
+                         time_limit=min(req.time_limit, limits.max_time_limit), **options)
+    out = alloc.to_dict()
+    if req.placement:
+        from optsched.allocator import Allocator
+
+        allocator = Allocator.from_snapshot(req.snapshot, placement=req.placement_policy)
+        out.update(allocator.next_round(req.snapshot, alloc).to_dict())
+        out["allocator_state"] = allocator.state()
+    out["total_seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _check_policy(name: str) -> None:
+    from optsched.policy import POLICIES, policy_names
+
+    if name not in POLICIES or name not in policy_names():
+        raise OptschedError(f"policy: unknown policy {name!r} (choose from {', '.join(policy_names())})")
+
+
+def _check_finite(x, path: str) -> None:
+    """JSON has no NaN/Infinity, but Python's parser accepts the tokens: reject them."""
+    if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            raise OptschedError(f"{path}: not a finite number")
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            _check_finite(v, f"{path}.{k}")
+    elif isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            _check_finite(v, f"{path}[{i}]")
+
+
+# ---------------------------------------------------------------------- responses and errors
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+def _json(content, status: int = 200) -> JSONResponse:
+    return JSONResponse(jsonable(content), status)
+
+
+def _no_content():
+    from starlette.responses import Response
+
+    return Response(status_code=204)
+
+
+def _error(status: int, detail: str, field: str | None, headers=None) -> JSONResponse:
+    detail = " ".join(str(detail).split())[:2000]  # one line, bounded
+    return JSONResponse({"detail": detail, "field": field}, status, headers=headers)
+
+
+def _loc(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
+    errs = exc.errors()
+    if not errs:
+        return "invalid request", None
+    e = errs[0]
+    loc = list(e.get("loc", ()))
+    if loc and loc[0] in ("body", "query", "path", "header"):
+        where = loc[0]
+        loc = loc[1:]
+        if where == "body" and e.get("type") == "json_invalid":
+            return "body: malformed JSON", "body"
+    field = _loc(loc) or "body"
+    msg = str(e.get("msg", "invalid"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if e.get("type") == "missing" and not loc:
+        msg = "a JSON body is required"
+    inner = _FIELD.match(msg)  # a model validator names the field inside its message: "jobs[0].x: ..."
+    if inner and loc:
+        field = f"{field}.{inner.group(1)}" if not inner.group(1).startswith("[") else field + inner.group(1)
+        msg = msg[inner.end():].lstrip()
+    elif inner and not loc:
+        field, msg = inner.group(1), msg[inner.end():].lstrip()
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"{field}: {msg}{more}", field
+
+
+_FIELD = re.compile(r"^([A-Za-z_][\w.\[\]]*):")
+
+
+def _field_of(msg: str) -> str | None:
+    m = _FIELD.match(msg)
+    return m.group(1) if m else None
+
+
+# ---------------------------------------------------------------------- middleware (pure ASGI)
+
+
+class _BodyLimit:
+    """Reject bodies over ``max_bytes`` with 413 before the app parses them
+    (Content-Length, or counted while reading a chunked body)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > self.max
+            except ValueError:
+                return await _send_error(send, 400, "Content-Length: not a number", "Content-Length")
+            if too_big:
+                return await _send_error(send, 413, f"body: larger than the server's limit of {self.max} bytes", "body")
+        chunks, size = [], 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            body = msg.get("body", b"")
+            size += len(body)
+            if size > self.max:
+                return await _send_error(send, 413, f"body: larger than the server's limit of {self.max} bytes", "body")
+            chunks.append(body)
+            if not msg.get("more_body"):
+                break
+        whole, sent = b"".join(chunks), False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+async def _send_error(send, status: int, detail: str, field: str | None) -> None:
+    body = json.dumps({"detail": detail, "field": field}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _AccessLog:
+    """One structured log record per request (logger ``optsched.service.access``):
+    method, path, status, milliseconds, client, bytes in."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(msg):
+            if msg["type"] == "http.response.start":
+                status["code"] = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            ms = (time.perf_counter() - t0) * 1000
+            client = scope.get("client")
+            fields = {"method": scope["method"], "path": scope["path"], "status": status["code"],
+                      "ms": round(ms, 3), "client": f"{client[0]}:{client[1]}" if client else None}
+            access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status["code"], ms,
+                            extra={"fields": fields})

@@ -1,0 +1,758 @@
+"""A scheduling session: the bookkeeping a scheduler's loop needs, in plain
+Python (the HTTP layer in ``optsched.service.app`` is a thin shell over it).
+
+A session holds a cluster, a policy and options; jobs are submitted, updated
+and finished; the caller reports progress; ``next_round()`` returns which jobs
+run where. It runs the simulator's stages with the caller as the execution
+stage (DESIGN.md §11):
+
+    admission     submit() — every submitted job is active at the next round;
+    policy        ``optsched.policy.solve_instance`` when jobs arrived, left or
+                  changed (not sooner than ``min_recompute_interval``), every
+                  ``recompute_every`` rounds, or every round for per-round
+                  policies; otherwise the allocation in force is reused;
+    allocator     ``optsched.allocator.Allocator.next_round`` → placement,
+                  started, preempted, migrated;
+    progress      report(): steps, seconds run (→ ``Allocator.record``),
+                  observed throughput, iteration times (goodput refits);
+    bookkeeping   steps_done (steps), elapsed_time (seconds since arrival),
+                  attained_service (GPU-seconds), status.
+
+**Durability and determinism.** The session's whole state is one JSON
+document (``state_document()``); every change is written to the store before
+the method returns, and the in-memory state is then re-read from that very
+JSON text. Every decision is computed from that document alone: the allocator
+is loaded from its stored ``state()`` at every round and the allocation in
+force is rebuilt from its stored arrays, so a session restored from the
+database decides exactly as one that never stopped. No wall clock enters a
+decision: the session clock is ``time`` (seconds), advanced by rounds.
+
+Units: times are session seconds; ``steps_done`` in steps (the unit of the
+job's ``throughput``, steps/s at its scale factor); ``attained_service`` in
+GPU-seconds, counted when a round closes (at the next round, or when the job
+finishes) from the seconds the job ran (reported, else the whole round).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import secrets
+import threading
+import time as _time
+from typing import Any, Iterable
+
+import numpy as np
+
+from optsched.model import Allocation, Cluster, GoodputSpec, Instance, OptschedError, Snapshot
+from optsched.service.models import (FinishRequest, JobSpec, JobUpdate, Limits, ProgressReport, RoundRequest,
+                                     SessionConfig, SubmitJobs)
+from optsched.service.store import Store, StoreConflict
+
+log = logging.getLogger("optsched.service")
+
+FORMAT = 1
+GOODPUT_POLICIES = frozenset({"pollux", "sia"})
+MAX_OBSERVATIONS = 4096  # per job and GPU type, the newest kept
+
+
+@functools.cache
+def per_round_policies() -> frozenset[str]:
+    """Policies whose allocation reads per-round state: the simulator's list."""
+    try:
+        from optsched.sim.stages import PER_ROUND_POLICIES
+    except ImportError:  # the simulator is optional for a service
+        return frozenset({"pollux", "sia", "tiresias", "las", "fifo", "srtf", "gandiva"})
+    return frozenset(PER_ROUND_POLICIES)
+
+
+class NotFound(OptschedError):
+    """An unknown session or job (HTTP 404)."""
+
+
+class Conflict(OptschedError):
+    """The request contradicts the state: a duplicate id, a stale round (HTTP 409)."""
+
+
+class Session:
+    """One scheduling session. Methods are named like the in-process
+    ``Allocator``'s where they do the same thing (``next_round``, ``record``,
+    ``remove``, ``state``); each is atomic (an error changes nothing) and
+    durable (committed to the store, when there is one, before it returns).
+    Thread-safe: calls are serialized by a lock."""
+
+    def __init__(self, document: str, store: Store | None = None, version: int = 0, limits: Limits = Limits()):
+        self._store = store
+        self._limits = limits
+        self._lock = threading.RLock()
+        self._finished_mem: dict[str, dict] = {}  # finished jobs when there is no store
+        self._load(document, version)
+        self.config = SessionConfig.model_validate(self._s["config"])
+        self.cluster: Cluster = self.config.cluster
+        self._allocator = None  # built on first use; loaded from the stored state at every use
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def create(cls, config: SessionConfig | dict, store: Store | None = None, limits: Limits = Limits()) -> "Session":
+        cfg = config if isinstance(config, SessionConfig) else SessionConfig.model_validate(config)
+        _check_config(cfg, limits)
+        sid = cfg.session_id or secrets.token_hex(8)
+        doc = {
+            "format": FORMAT, "session_id": sid, "config": cfg.model_dump(mode="json", exclude={"session_id"}),
+            "time": float(cfg.start_time), "round": 0, "jobs": {}, "finished_count": 0,
+            "allocator": {}, "allocation": None, "dirty": True, "rounds_since": 0, "last_recompute": None,
+            "pending": {}, "last_round": None,
+        }
+        text = _dumps(doc)
+        if store is not None:
+            try:
+                store.create(sid, text, {"config": doc["config"]})
+            except StoreConflict as e:
+                raise Conflict(f"session_id: {e}") from None
+        return cls(text, store, 0, limits)
+
+    @classmethod
+    def load(cls, session_id: str, store: Store, limits: Limits = Limits()) -> "Session":
+        row = store.load(session_id)
+        if row is None:
+            raise NotFound(f"session {session_id!r} not found")
+        return cls(row[0], store, row[1], limits)
+
+    def _load(self, text: str, version: int) -> None:
+        self._text, self._version = text, version
+        self._s: dict = json.loads(text)
+
+    @property
+    def id(self) -> str:
+        return self._s["session_id"]
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def time(self) -> float:
+        return self._s["time"]
+
+    @property
+    def round(self) -> int:
+        return self._s["round"]
+
+    def state_document(self) -> str:
+        """The committed state, exactly as stored."""
+        return self._text
+
+    # ------------------------------------------------------------------ the commit
+
+    def _commit(self, kind: str, event: dict, finished: list[tuple[str, dict]] = ()) -> None:
+        """Persist the mutated state; on any failure roll the memory back to the
+        last committed document. Afterwards the memory is the stored JSON."""
+        try:
+            text = _dumps(self._s)
+            version = self._version + 1
+            fin = [(j, _dumps(r)) for j, r in finished]
+            if self._store is not None:
+                self._store.commit(self.id, text, version, kind, _jsonable(event), fin)
+            else:
+                for j, r in finished:
+                    self._finished_mem[j] = json.loads(_dumps(r))
+        except StoreConflict as e:
+            self._load(self._text, self._version)
+            raise Conflict(str(e)) from None
+        except BaseException:
+            self._load(self._text, self._version)
+            raise
+        self._load(text, version)
+
+    def _atomic(self, fn, *args):
+        """Run a mutation; an exception leaves the memory as last committed."""
+        with self._lock:
+            try:
+                return fn(*args)
+            except BaseException:
+                self._load(self._text, self._version)
+                raise
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit(self, jobs: SubmitJobs | list | dict | JobSpec) -> list[dict]:
+        """New jobs arrive (they take part from the next round). Validated
+        together against the cluster and the active jobs; a duplicate id (also
+        of a finished job) is a Conflict."""
+        req = _submit_request(jobs)
+        return self._atomic(self._submit, req)
+
+    def _submit(self, req: SubmitJobs) -> list[dict]:
+        s = self._s
+        active = s["jobs"]
+        limit = min(self.config.max_jobs or self._limits.max_jobs, self._limits.max_jobs)
+        if len(active) + len(req.jobs) > limit:
+            raise OptschedError(f"jobs: {len(active)} active + {len(req.jobs)} new jobs exceed the session's limit of {limit}")
+        new_ids = [j.id for j in req.jobs]
+        seen: set[str] = set()
+        for i, jid in enumerate(new_ids):
+            if jid in seen:
+                raise Conflict(f"jobs[{i}].id: duplicate job id {jid!r} in the request")
+            seen.add(jid)
+            if jid in active or self._finished_record(jid) is not None:
+                raise Conflict(f"jobs[{i}].id: job {jid!r} already exists in session {self.id!r}")
+        known = set(active) | seen
+        for i, j in enumerate(req.jobs):
+            for other in j.colocated or {}:
+                if other not in known:
+                    raise OptschedError(f"jobs[{i}].colocated: unknown job id {other!r}")
+        # The snapshot contract's checks (types, fits somewhere, pair rates) on the new jobs.
+        probe = [_snapshot_job(j.model_dump(exclude_none=True), keep=seen) for j in req.jobs]
+        _validate_snapshot({"cluster": s["config"]["cluster"], "jobs": probe})
+        out = []
+        for j in req.jobs:
+            spec = j.model_dump(mode="json", exclude_none=True)
+            arrival = spec.pop("arrival_time", None)
+            rec = _new_record(spec, float(s["time"] if arrival is None else arrival))
+            active[j.id] = rec
+            out.append(rec)
+        s["dirty"] = True
+        self._commit("submit", {"jobs": new_ids})
+        return [self._job_out(self._s["jobs"][j]) for j in new_ids]
+
+    def update(self, job_id: str, changes: JobUpdate | dict | None = None, **fields) -> dict:
+        """Change a job's weight, throughput, steps_total, entity, slo or model;
+        the allocation is recomputed at the next allowed round."""
+        upd = changes if isinstance(changes, JobUpdate) else JobUpdate.model_validate({**(changes or {}), **fields})
+        return self._atomic(self._update, job_id, upd)
+
+    def _update(self, job_id: str, upd: JobUpdate) -> dict:
+        rec = self._active(job_id)
+        changes = upd.model_dump(mode="json", exclude_unset=True)
+        spec = {**rec["spec"], **{k: v for k, v in changes.items() if v is not None}}
+        for k, v in changes.items():
+            if v is None:
+                spec.pop(k, None)
+        keep = set(self._s["jobs"])
+        _validate_snapshot({"cluster": self._s["config"]["cluster"], "jobs": [_snapshot_job(spec, keep={job_id})]},
+                           prefix="")
+        rec["spec"] = spec
+        self._s["dirty"] = True
+        self._commit("update", {"job_id": job_id, "changes": changes})
+        return self._job_out(self._s["jobs"][job_id])
+
+    def finish(self, job_id: str, seconds: float | None = None) -> dict:
+        """The job is done and leaves: its GPUs are free from the next round.
+        ``seconds``: how long it ran in the last round (default the whole round)."""
+        req = FinishRequest(seconds=seconds)
+        return self._atomic(self._finish_many, [job_id], {job_id: req.seconds})[0]
+
+    def remove(self, job_ids: str | Iterable[str]) -> list[dict]:
+        """Allocator.remove's name: finish these jobs (a job already finished is a no-op)."""
+        ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
+        todo = [j for j in dict.fromkeys(ids) if not (j not in self._s["jobs"] and self._finished_record(j))]
+        return self._atomic(self._finish_many, todo, {})
+
+    def _finish_many(self, ids: list[str], seconds: dict) -> list[dict]:
+        for j in ids:
+            self._active(j)
+            if seconds.get(j) is not None:
+                self._check_seconds(j, seconds[j])
+        if not ids:
+            return []
+        done = self._close_jobs(ids, seconds)
+        self._commit("finish", {"jobs": ids, "seconds": {j: seconds.get(j) for j in ids}}, done)
+        return [self._job_out(r) for _, r in done]
+
+    def _close_jobs(self, ids: list[str], seconds: dict) -> list[tuple[str, dict]]:
+        """Move jobs to finished (mutates the state; the caller commits)."""
+        s = self._s
+        last = s["last_round"] or {}
+        ran = last.get("placement", {})
+        allocator = self._allocator_loaded()
+        allocator.remove([j for j in ids if j in _allocator_jobs(s["allocator"])])
+        s["allocator"] = allocator.state()
+        done = []
+        for j in ids:
+            rec = s["jobs"].pop(j)
+            s["pending"].pop(j, None)
+            run = seconds.get(j)
+            if j in ran:
+                run = self._round_seconds(j, run)
+                rec["attained_service"] += len(ran[j]) * run
+                rec["finish_time"] = last["time"] + run
+            else:
+                rec["finish_time"] = s["time"]
+            rec["status"] = "finished"
+            rec["gpus"] = []
+            rec["elapsed_time"] = max(rec["finish_time"] - rec["arrival_time"], 0.0)
+            done.append((j, rec))
+        s["finished_count"] += len(done)
+        s["dirty"] = True
+        return done
+
+    # ------------------------------------------------------------------ progress
+
+    def report(self, reports: Iterable[ProgressReport | dict] | ProgressReport | dict) -> list[dict]:
+        """Progress of jobs since the last report: steps made (or absolute
+        steps_done), seconds run in the last round, observed throughput,
+        iteration times and gradient statistics (elastic jobs), finished."""
+        if isinstance(reports, (ProgressReport, dict)):
+            reports = [reports]
+        reqs = [r if isinstance(r, ProgressReport) else ProgressReport.model_validate(r) for r in reports]
+        if not reqs:
+            return []
+        return self._atomic(self._report, reqs)
+
+    def record(self, job_id: str, gpu_type: str, seconds: float) -> dict:
+        """Allocator.record's name: the job ran only ``seconds`` on ``gpu_type`` in the last round."""
+        with self._lock:
+            ran = (self._s["last_round"] or {}).get("placement", {}).get(job_id, [])
+            if job_id in self._s["jobs"] and ran and gpu_type not in {g["gpu_type"] for g in ran}:
+                raise OptschedError(f"record: job {job_id!r} did not run on {gpu_type} in the last round")
+            return self.report({"job_id": job_id, "seconds": seconds})[0]
+
+    def _report(self, reqs: list[ProgressReport]) -> list[dict]:
+        s = self._s
+        ran = (s["last_round"] or {}).get("placement", {})
+        # Validate everything first.
+        for i, r in enumerate(reqs):
+            if r.job_id not in s["jobs"]:
+                where = "finished" if self._finished_record(r.job_id) else "not in the session"
+                raise NotFound(f"reports[{i}].job_id: job {r.job_id!r} is {where}")
+            if r.steps is not None and r.steps_done is not None:
+                raise OptschedError(f"reports[{i}]: give steps or steps_done, not both")
+            if (r.seconds is not None or r.throughput is not None) and r.job_id not in ran:
+                field = "seconds" if r.seconds is not None else "throughput"
+                raise OptschedError(f"reports[{i}].{field}: job {r.job_id!r} did not run in the last round")
+            if r.seconds is not None:
+                self._check_seconds(r.job_id, r.seconds, f"reports[{i}].seconds")
+            spec = s["jobs"][r.job_id]["spec"]
+            if (r.iterations or r.grad_sqr is not None or r.grad_var is not None) and "goodput" not in spec:
+                raise OptschedError(f"reports[{i}]: job {r.job_id!r} has no goodput model (iterations, grad_sqr, grad_var)")
+            for q, it in enumerate(r.iterations or []):
+                if it.gpu_type not in self.cluster.gpus:
+                    raise OptschedError(f"reports[{i}].iterations[{q}].gpu_type: unknown GPU type {it.gpu_type!r}")
+                if it.nodes > it.replicas or it.sync_time > it.step_time:
+                    raise OptschedError(f"reports[{i}].iterations[{q}]: need nodes <= replicas and sync_time <= step_time")
+        finishing: dict[str, float | None] = {}
+        touched = []
+        for r in reqs:
+            rec = s["jobs"][r.job_id]
+            spec = rec["spec"]
+            if r.steps is not None:
+                rec["steps_done"] += r.steps
+            if r.steps_done is not None:
+                rec["steps_done"] = r.steps_done
+            if r.seconds is not None:
+                s["pending"][r.job_id] = r.seconds
+            if r.throughput is not None:
+                gtype = _main_type(ran[r.job_id])
+                spec["throughput"] = {**spec["throughput"], gtype: r.throughput}
+            if r.iterations:
+                obs = rec.setdefault("observations", {})
+                for it in r.iterations:
+                    rows = obs.setdefault(it.gpu_type, [])
+                    rows.append([it.nodes, it.replicas, it.local_bsz, it.step_time, it.sync_time])
+                    del rows[:-MAX_OBSERVATIONS]
+                rec["refit"] = True
+            if r.grad_sqr is not None or r.grad_var is not None:
+                gp = dict(spec["goodput"])
+                gp.update({k: v for k, v in (("grad_sqr", r.grad_sqr), ("grad_var", r.grad_var)) if v is not None})
+                spec["goodput"] = gp
+            total = spec.get("steps_total")
+            if r.finished or (total is not None and rec["steps_done"] >= total):
+                finishing[r.job_id] = s["pending"].get(r.job_id)
+            if r.job_id not in touched:
+                touched.append(r.job_id)
+        done = self._close_jobs(list(finishing), finishing) if finishing else []
+        self._commit("progress", {"reports": [r.model_dump(exclude_none=True) for r in reqs]}, done)
+        finished = dict(done)
+        return [self._job_out(finished.get(j) or self._s["jobs"][j]) for j in touched]
+
+    # ------------------------------------------------------------------ the round
+
+    def next_round(self, now: float | None = None, expected_round: int | None = None) -> dict:
+        """Close the last round (bookkeeping, credits) and decide the next one:
+        the placement, which jobs start, are preempted or migrate."""
+        req = RoundRequest(now=now, expected_round=expected_round)
+        return self._atomic(self._next_round, req)
+
+    def _next_round(self, req: RoundRequest) -> dict:
+        s, cfg = self._s, self.config
+        if req.expected_round is not None and req.expected_round != s["round"]:
+            raise Conflict(f"expected_round: the next round is {s['round']}, not {req.expected_round}")
+        last = s["last_round"]
+        t = float(s["time"]) if last is None else float(last["time"]) + cfg.round_length
+        if req.now is not None:
+            if req.now < s["time"]:
+                raise OptschedError(f"now: {req.now:g} is before the session clock {s['time']:g}")
+            t = float(req.now)
+        allocator = self._allocator_loaded()
+        # Close the last round: credits for jobs that ran less than a round, service, status.
+        ran = (last or {}).get("placement", {})
+        for j, slots in ran.items():
+            rec = s["jobs"].get(j)
+            if rec is None:
+                continue
+            run = self._round_seconds(j, s["pending"].get(j), t)
+            rec["attained_service"] += len(slots) * run
+            if run != cfg.round_length:
+                for gtype in dict.fromkeys(g["gpu_type"] for g in slots):
+                    allocator.record(j, gtype, run)
+        s["pending"] = {}
+        active = s["jobs"]
+        # Policy stage.
+        recomputed, solve_seconds = False, 0.0
+        if self._recompute_due(t):
+            t0 = _time.perf_counter()
+            self._refit_goodput()
+            alloc = self._solve(t)
+            solve_seconds = _time.perf_counter() - t0
+            s["allocation"] = allocation_to_state(alloc)
+            s["last_recompute"], s["rounds_since"], s["dirty"] = t, 0, False
+            recomputed = True
+        # Allocator stage.
+        if active:
+            alloc = allocation_from_state(s["allocation"])
+            inst = Instance.from_snapshot(self._snapshot(t))
+            p = allocator.next_round(inst, alloc)
+            s["allocator"] = allocator.state()
+            placement = {j: [{"server": g.server, "gpu_type": g.gpu_type, "gpu": g.gpu} for g in slots]
+                         for j, slots in p.assignments.items()}
+            started, preempted, migrated = list(p.started), list(p.preempted), list(p.migrated)
+            continued, note = list(p.continued), p.note
+        else:
+            placement, started, preempted, migrated, continued, note = {}, [], [], [], [], ""
+        for j, rec in active.items():
+            slots = placement.get(j)
+            if slots:
+                if rec["first_start"] is None:
+                    rec["first_start"] = t
+                elif j in started or j in migrated:
+                    rec["restarts"] += 1
+                rec["status"], rec["gpus"], rec["last_run_time"] = "running", slots, t
+                rec["rounds_run"] += 1
+            else:
+                rec["status"], rec["gpus"] = "queued", []
+            if j in preempted:
+                rec["preemptions"] += 1
+        result = {
+            "round": s["round"], "time": t, "round_length": cfg.round_length, "placement": placement,
+            "started": started, "preempted": preempted, "migrated": migrated, "continued": continued,
+            "recomputed": recomputed, "allocation_status": (s["allocation"] or {}).get("status", ""),
+            "solve_seconds": solve_seconds, "note": note,
+            "queued": [j for j in active if j not in placement],
+        }
+        s["last_round"] = result
+        s["time"], s["round"] = t, s["round"] + 1
+        s["rounds_since"] += 1
+        summary = {k: result[k] for k in ("round", "time", "started", "preempted", "migrated", "recomputed")}
+        self._commit("round", {"request": req.model_dump(exclude_none=True), "result": summary})
+        return self._s["last_round"]
+
+    def _recompute_due(self, t: float) -> bool:
+        s, cfg = self._s, self.config
+        if s["allocation"] is None:
+            return True
+        every = cfg.recompute_every
+        if every is None and cfg.policy in per_round_policies():
+            every = 1
+        due = s["dirty"] or (every is not None and s["rounds_since"] >= every)
+        return due and t - (s["last_recompute"] if s["last_recompute"] is not None else -math.inf) >= cfg.min_recompute_interval
+
+    def _solve(self, t: float) -> Allocation:
+        from optsched.policy import solve_instance
+
+        cfg = self.config
+        inst = Instance.from_snapshot(self._snapshot(t))
+        options = {"packing": True} if cfg.packing else {}
+        limit = min(cfg.time_limit, self._limits.max_time_limit)
+        return solve_instance(inst, cfg.policy, cfg.solver, limit, **options)
+
+    def _refit_goodput(self) -> None:
+        """Refit elastic jobs' throughput parameters from new iteration times
+        (goodput policies only; the fit is deterministic given the data)."""
+        if self.config.policy not in GOODPUT_POLICIES:
+            return
+        todo = [rec for rec in self._s["jobs"].values() if rec.get("refit") and "goodput" in rec["spec"]]
+        if not todo:
+            return
+        from optsched.goodput.fit import Observations, fit_params
+
+        for rec in todo:
+            gp = dict(rec["spec"]["goodput"])
+            params = dict(gp.get("perf_params", {}))
+            for gtype, rows in rec.get("observations", {}).items():
+                a = np.asarray(rows, dtype=float)
+                obs = Observations.from_arrays(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
+                try:
+                    fit = fit_params(obs, prior=params.get(gtype))
+                except OptschedError as e:
+                    log.warning("session %s: goodput refit of %s on %s skipped: %s", self.id, rec["spec"]["id"], gtype, e)
+                    continue
+                p = [float(x) for x in fit.params]
+                p[6] = min(max(p[6], 1.0), 10.0)
+                params[gtype] = p
+            gp["perf_params"] = params
+            rec["spec"]["goodput"] = gp
+            rec["refit"] = False
+
+    def _snapshot(self, t: float) -> Snapshot:
+        s = self._s
+        keep = set(s["jobs"])
+        jobs = []
+        for rec in s["jobs"].values():
+            j = _snapshot_job(rec["spec"], keep=keep)
+            total = j.get("steps_total")
+            j["steps_done"] = rec["steps_done"] if total is None else min(rec["steps_done"], total)
+            j["arrival_time"] = rec["arrival_time"]
+            j["elapsed_time"] = max(t - rec["arrival_time"], 0.0)
+            j["attained_service"] = rec["attained_service"]
+            if rec["last_run_time"] is not None:
+                j["last_run_time"] = rec["last_run_time"]
+            if "goodput" in j and rec["restarts"]:
+                j["goodput"] = {**j["goodput"], "num_restarts": j["goodput"].get("num_restarts", 0) + rec["restarts"]}
+            jobs.append(j)
+        doc: dict[str, Any] = {"time": t, "cluster": s["config"]["cluster"], "jobs": jobs}
+        if any("goodput" in j for j in jobs):
+            doc["placement"] = {j: slots for j, slots in s["allocator"].get("placement", {}).items() if j in keep}
+        return _validate_snapshot(doc)
+
+    # ------------------------------------------------------------------ reads
+
+    def state(self) -> dict:
+        """The session as GET /v1/sessions/{id} shows it."""
+        with self._lock:
+            s = self._s
+            alloc = s["allocation"]
+            return {
+                "session_id": s["session_id"], "config": s["config"], "time": s["time"], "round": s["round"],
+                "version": self._version, "jobs": [self._job_out(r) for r in s["jobs"].values()],
+                "finished_jobs": s["finished_count"],
+                "allocation": None if alloc is None else _jsonable(allocation_from_state(alloc).to_dict()),
+                "allocator_state": s["allocator"], "last_round": s["last_round"],
+            }
+
+    def job(self, job_id: str) -> dict:
+        with self._lock:
+            rec = self._s["jobs"].get(job_id) or self._finished_record(job_id)
+            if rec is None:
+                raise NotFound(f"job {job_id!r} not found in session {self.id!r}")
+            return self._job_out(rec)
+
+    def finished_jobs(self, limit: int = 1000, offset: int = 0) -> list[dict]:
+        if self._store is not None:
+            recs = self._store.finished_jobs(self.id, limit, offset)
+        else:
+            recs = list(self._finished_mem.values())[offset:offset + limit]
+        return [self._job_out(r) for r in recs]
+
+    def last_round(self) -> dict | None:
+        return self._s["last_round"]
+
+    def allocation(self) -> Allocation | None:
+        a = self._s["allocation"]
+        return None if a is None else allocation_from_state(a)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _active(self, job_id: str) -> dict:
+        rec = self._s["jobs"].get(job_id)
+        if rec is None:
+            where = "already finished" if self._finished_record(job_id) else "not in the session"
+            raise NotFound(f"job {job_id!r} is {where}")
+        return rec
+
+    def _finished_record(self, job_id: str) -> dict | None:
+        if self._store is not None:
+            return self._store.finished_job(self.id, job_id)
+        return self._finished_mem.get(job_id)
+
+    def _check_seconds(self, job_id: str, seconds: float, field: str = "seconds") -> None:
+        if not (math.isfinite(seconds) and 0 <= seconds <= self.config.round_length):
+            raise OptschedError(f"{field}: {seconds:g} is not within the round (0 to {self.config.round_length:g} s)")
+        if job_id not in (self._s["last_round"] or {}).get("placement", {}):
+            raise OptschedError(f"{field}: job {job_id!r} did not run in the last round")
+
+    def _round_seconds(self, job_id: str, reported: float | None, until: float | None = None) -> float:
+        """Seconds a job ran in the last round: reported, else the whole round
+        (cut short when the next round starts earlier)."""
+        if reported is not None:
+            return float(reported)
+        length = self.config.round_length
+        if until is not None:
+            length = min(length, max(until - self._s["last_round"]["time"], 0.0))
+        return length
+
+    def _allocator_loaded(self):
+        """The Allocator, holding exactly the stored state (nothing in memory
+        from earlier calls can change a decision)."""
+        from optsched.allocator import Allocator
+
+        if self._allocator is None:
+            cfg, a = self.config, self.config.allocator
+            self._allocator = Allocator(
+                self.cluster, placement=cfg.placement, seed=a.seed, round_length=cfg.round_length,
+                placement_time_limit=cfg.placement_time_limit, gpus_per_server=a.gpus_per_server,
+                type_order=a.type_order, work_conserving=a.work_conserving, queue=a.queue)
+        self._allocator.load_state(self._s["allocator"])
+        return self._allocator
+
+    def _job_out(self, rec: dict) -> dict:
+        end = rec["finish_time"] if rec["finish_time"] is not None else self._s["time"]
+        return {
+            "id": rec["spec"]["id"], "status": rec["status"], "spec": rec["spec"], "arrival_time": rec["arrival_time"],
+            "steps_done": rec["steps_done"], "elapsed_time": max(end - rec["arrival_time"], 0.0),
+            "attained_service": rec["attained_service"], "rounds_run": rec["rounds_run"],
+            "preemptions": rec["preemptions"], "first_start": rec["first_start"], "finish_time": rec["finish_time"],
+            "gpus": rec["gpus"],
+        }
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _check_config(cfg: SessionConfig, limits: Limits) -> None:
+    from optsched.policy import POLICIES, policy_names
+
+    total = sum(cfg.cluster.gpus.values())
+    if total > limits.max_gpus:
+        raise OptschedError(f"cluster.gpus: {total} GPUs exceed the server's limit of {limits.max_gpus}")
+    if total == 0:
+        raise OptschedError("cluster.gpus: the cluster has no GPUs")
+    if cfg.policy not in POLICIES or cfg.policy not in policy_names():
+        raise OptschedError(f"policy: unknown policy {cfg.policy!r} (choose from {', '.join(policy_names())})")
+    if cfg.time_limit > limits.max_time_limit:
+        raise OptschedError(f"time_limit: {cfg.time_limit:g} s exceeds the server's limit of {limits.max_time_limit:g} s")
+    if cfg.max_jobs is not None and cfg.max_jobs > limits.max_jobs:
+        raise OptschedError(f"max_jobs: {cfg.max_jobs} exceeds the server's limit of {limits.max_jobs}")
+    to = cfg.allocator.type_order
+    if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
+        raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")
+
+
+def _submit_request(jobs) -> SubmitJobs:
+    if isinstance(jobs, SubmitJobs):
+        return jobs
+    if isinstance(jobs, (JobSpec, dict)) and not (isinstance(jobs, dict) and "jobs" in jobs):
+        jobs = [jobs]
+    if isinstance(jobs, dict):
+        return SubmitJobs.model_validate(jobs)
+    return SubmitJobs(jobs=[j if isinstance(j, JobSpec) else JobSpec.model_validate(j) for j in jobs])
+
+
+def _new_record(spec: dict, arrival: float) -> dict:
+    return {"spec": spec, "status": "queued", "arrival_time": arrival, "steps_done": 0.0, "attained_service": 0.0,
+            "last_run_time": None, "first_start": None, "finish_time": None, "rounds_run": 0, "preemptions": 0,
+            "restarts": 0, "gpus": []}
+
+
+_SPEC_FIELDS = ("id", "model", "scale_factor", "weight", "throughput", "steps_total", "entity", "slo", "colocated",
+                "goodput")
+
+
+def _snapshot_job(spec: dict, keep: set[str]) -> dict:
+    """A snapshot job from a spec: pair throughputs only with jobs in ``keep``."""
+    j = {k: spec[k] for k in _SPEC_FIELDS if k in spec and spec[k] is not None}
+    if "colocated" in j:
+        col = {o: v for o, v in j["colocated"].items() if o in keep}
+        if col:
+            j["colocated"] = col
+        else:
+            del j["colocated"]
+    return j
+
+
+def _validate_snapshot(doc: dict, prefix: str = "") -> Snapshot:
+    from optsched.model import parse_snapshot
+
+    try:
+        return parse_snapshot(doc)
+    except OptschedError as e:
+        msg = str(e)
+        if msg.startswith("invalid snapshot: "):
+            msg = msg[len("invalid snapshot: "):]
+        raise OptschedError(prefix + msg) from None
+
+
+def _allocator_jobs(state: dict) -> set[str]:
+    return set(state.get("rounds_present", {}) or {}) | set(state.get("placement", {}) or {})
+
+
+def _main_type(slots: list[dict]) -> str:
+    types = [g["gpu_type"] for g in slots]
+    return max(dict.fromkeys(types), key=types.count)
+
+
+def allocation_to_state(a: Allocation) -> dict:
+    """An Allocation as JSON, exactly (floats keep their repr)."""
+    return {
+        "policy": a.policy, "status": a.status, "objective": _finite(a.objective), "solve_seconds": float(a.solve_seconds),
+        "job_ids": list(a.job_ids), "gpu_types": list(a.gpu_types), "fractions": np.asarray(a.fractions, float).tolist(),
+        "effective_throughput": np.asarray(a.effective_throughput, float).tolist(),
+        "explanation": _jsonable(a.explanation),
+        "pairs": np.asarray(a.pairs, int).tolist() if len(a.pairs) else None,
+        "pair_fractions": np.asarray(a.pair_fractions, float).tolist() if len(a.pairs) else None,
+        "gpu_counts": None if a.gpu_counts is None else np.asarray(a.gpu_counts).astype(int).tolist(),
+        "nodes": None if a.nodes is None else np.asarray(a.nodes).astype(int).tolist(),
+    }
+
+
+def allocation_from_state(d: dict) -> Allocation:
+    n, k = len(d["job_ids"]), len(d["gpu_types"])
+    extra: dict = {}
+    if d.get("pairs"):
+        extra["pairs"] = np.asarray(d["pairs"], dtype=int).reshape(-1, 2)
+        extra["pair_fractions"] = np.asarray(d["pair_fractions"], dtype=float).reshape(-1, k)
+    if d.get("gpu_counts") is not None:
+        extra["gpu_counts"] = np.asarray(d["gpu_counts"], dtype=int).reshape(n, k)
+    if d.get("nodes") is not None:
+        extra["nodes"] = np.asarray(d["nodes"], dtype=int).reshape(n, k)
+    obj = d["objective"]
+    return Allocation(d["policy"], d["status"], float("nan") if obj is None else obj, d["solve_seconds"],
+                      tuple(d["job_ids"]), tuple(d["gpu_types"]), np.asarray(d["fractions"], float).reshape(n, k),
+                      np.asarray(d["effective_throughput"], float).reshape(n), d["explanation"], **extra)
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def _jsonable(x):
+    """JSON-safe copy: numpy to Python, non-finite floats to None, tuples to lists."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return _finite(x)
+    if x is None or isinstance(x, str):
+        return x
+    return str(x)
+
+
+def _np_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+def _dumps(x) -> str:
+    """Compact JSON; the fast path when ``x`` is already JSON-clean (the state
+    always is), else a cleaned copy (numpy, non-finite floats)."""
+    try:
+        return json.dumps(x, separators=(",", ":"), allow_nan=False, default=_np_default)
+    except (ValueError, TypeError):
+        return json.dumps(_jsonable(x), separators=(",", ":"), allow_nan=False)
+
+
+jsonable = _jsonable
+
+__all__ = ["Session", "NotFound", "Conflict", "allocation_to_state", "allocation_from_state", "jsonable"]

@@ -1,0 +1,261 @@
+"""`optsched serve` as a real subprocess on a free loopback port: solve and
+session round trips, durability across SIGKILL, auth, limits and error codes."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+import optsched
+from optsched.client import Client, ConflictError, NotFoundError, ServiceError, UnauthorizedError
+from optsched.cli.solve import example_snapshot_text
+from optsched.service import workload
+from optsched.service.process import ServerProcess
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with ServerProcess(tmp_path_factory.mktemp("serve") / "sessions.db") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """A server with a token and a small body limit."""
+    with ServerProcess(tmp_path_factory.mktemp("secure") / "sessions.db", token=TOKEN,
+                       args=["--max-body-bytes", "20000", "--max-jobs", "50"]) as srv:
+        yield srv
+
+
+def snapshot() -> dict:
+    return json.loads(example_snapshot_text())
+
+
+# ---------------------------------------------------------------- stateless
+
+
+def test_healthz_policies_and_openapi_are_served(server):
+    c = Client(server.url)
+    assert c.healthz()["status"] == "ok"
+    assert "max_min_fairness" in c.policies()
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    assert spec["openapi"].startswith("3.")
+    for path in ("/v1/solve", "/v1/sessions", "/v1/sessions/{sid}/rounds", "/v1/sessions/{sid}/progress"):
+        assert path in spec["paths"]
+    # Units are documented in the schema.
+    props = spec["components"]["schemas"]["JobOut"]["properties"]
+    assert "GPU-seconds" in props["attained_service"]["description"]
+
+
+def test_solve_over_http_equals_the_in_process_solve(server):
+    snap = snapshot()
+    remote = Client(server.url).solve(snap, policy="max_min_fairness")
+    local = optsched.solve(optsched.parse_snapshot(snap), policy="max_min_fairness").to_dict()
+    assert remote["status"] == local["status"] == "optimal"
+    assert remote["objective"] == pytest.approx(local["objective"], rel=1e-6)
+    for jid, row in local["allocation"].items():
+        for t, x in row.items():
+            assert remote["allocation"][jid].get(t, 0.0) == pytest.approx(x, abs=1e-6)
+    assert set(remote["explanation"]["gpu_price"]) == {"v100", "p100", "k80"}
+
+
+def test_solve_with_placement_returns_gpus_and_allocator_state(server):
+    out = Client(server.url).solve(snapshot(), placement=True)
+    used = [(s["server"], s["gpu"]) for slots in out["placement"].values() for s in slots]
+    assert len(used) == len(set(used)) <= 12
+    assert set(out["started"]) == set(out["placement"])
+    assert set(out["allocator_state"]) >= {"rounds_received", "placement"}
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def test_session_round_trip_with_bookkeeping_in_documented_units(server):
+    c = Client(server.url)
+    s = c.session({"gpus": {"v100": 2, "k80": 2}}, round_length=100.0)
+    s.submit([{"id": "a", "throughput": {"v100": 2.0, "k80": 1.0}, "steps_total": 1000},
+              {"id": "b", "scale_factor": 2, "throughput": {"v100": 3.0, "k80": 1.0}}])
+    r0 = s.next_round()
+    assert r0["round"] == 0 and r0["time"] == 0.0 and r0["recomputed"]
+    assert set(r0["started"]) == {"a", "b"} and set(r0["placement"]) == {"a", "b"}
+    assert len(r0["placement"]["b"]) == 2
+    s.report([{"job_id": "a", "steps": 150.0, "seconds": 75.0}, {"job_id": "b", "steps": 200.0}])
+    r1 = s.next_round()
+    assert r1["round"] == 1 and r1["time"] == 100.0 and not r1["recomputed"]
+    a, b = s.job("a"), s.job("b")
+    assert a["steps_done"] == 150.0 and a["attained_service"] == 75.0  # 1 GPU × 75 s reported
+    assert b["attained_service"] == 200.0  # 2 GPUs × the whole round
+    assert a["elapsed_time"] == 100.0 and a["status"] == "running"
+    done = s.report([{"job_id": "a", "steps": 900.0, "seconds": 40.0}])[0]  # reaches steps_total
+    assert done["status"] == "finished" and done["finish_time"] == 140.0 and done["attained_service"] == 115.0
+    r2 = s.next_round()
+    assert "a" not in r2["placement"] and r2["recomputed"]
+    st = s.state()
+    assert [j["id"] for j in st["jobs"]] == ["b"] and st["finished_jobs"] == 1 and st["round"] == 3
+    kinds = [e["kind"] for e in s.events()]
+    assert kinds == ["create", "submit", "round", "progress", "round", "progress", "round"]
+
+
+def test_session_errors_name_the_field_and_change_nothing(server):
+    c = Client(server.url)
+    s = c.session({"gpus": {"v100": 2}}, round_length=60.0)
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}}, {"id": "q", "throughput": {"v100": 1.0}, "scale_factor": 2}])
+    s.next_round()
+    before = s.state()
+    with pytest.raises(ServiceError) as e:  # did not run: nothing to credit
+        s.report([{"job_id": "a", "steps": 5.0}, {"job_id": "q", "seconds": 10.0}])
+    assert e.value.status == 422 and e.value.field == "reports[1].seconds" and "did not run" in e.value.detail
+    with pytest.raises(ServiceError) as e:
+        s.report([{"job_id": "a", "seconds": 61.0}])
+    assert e.value.status == 422 and "within the round" in e.value.detail
+    with pytest.raises(ServiceError) as e:
+        s.submit([{"id": "z", "scale_factor": 4, "throughput": {"v100": 1.0}}])
+    assert e.value.status == 422 and e.value.field == "jobs[0].scale_factor"
+    with pytest.raises(ServiceError) as e:
+        s.submit([{"id": "y", "throughput": {"h100": 1.0}}])
+    assert e.value.status == 422 and e.value.field == "jobs[0].throughput"
+    with pytest.raises(ConflictError):
+        s.submit([{"id": "a", "throughput": {"v100": 1.0}}])
+    with pytest.raises(NotFoundError):
+        s.report([{"job_id": "nope", "steps": 1.0}])
+    with pytest.raises(ConflictError):
+        s.next_round(expected_round=5)
+    assert s.state() == before
+
+
+def test_stale_round_retry_is_a_conflict_not_a_second_round(server):
+    s = Client(server.url).session({"gpus": {"v100": 1}})
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}}])
+    assert s.next_round(expected_round=0)["round"] == 0
+    with pytest.raises(ConflictError):
+        s.next_round(expected_round=0)  # a retried request after a lost answer
+    assert s.last_round()["round"] == 0
+
+
+def test_sessions_are_isolated(server):
+    c = Client(server.url)
+    s1 = c.session({"gpus": {"v100": 1}}, session_id="iso-1")
+    s2 = c.session({"gpus": {"k80": 3}}, session_id="iso-2")
+    s1.submit([{"id": "a", "throughput": {"v100": 1.0}}])
+    s2.submit([{"id": "a", "scale_factor": 3, "throughput": {"k80": 1.0}}])  # same job id, other session
+    assert s1.next_round()["placement"]["a"][0]["gpu_type"] == "v100"
+    assert len(s2.next_round()["placement"]["a"]) == 3
+    with pytest.raises(ConflictError):
+        c.session({"gpus": {"v100": 1}}, session_id="iso-1")
+    s1.delete()
+    with pytest.raises(NotFoundError):
+        s1.state()
+    assert s2.state()["round"] == 1
+
+
+# ---------------------------------------------------------------- durability
+
+
+def _round_key(r: dict) -> tuple:
+    return (r["round"], r["time"], json.dumps(r["placement"], sort_keys=True), tuple(r["started"]),
+            tuple(r["preempted"]), tuple(r["migrated"]), r["recomputed"])
+
+
+def _jobs_key(state: dict) -> list:
+    keep = ("id", "status", "steps_done", "attained_service", "elapsed_time", "rounds_run", "preemptions", "gpus")
+    return [{k: j[k] for k in keep} for j in state["jobs"]]
+
+
+def test_sigkill_mid_session_then_restart_gives_the_same_rounds_as_an_uninterrupted_twin(tmp_path):
+    """Twin servers get identical requests; one is SIGKILLed three times — twice
+    after a progress report was answered and before the next round, once between
+    rounds — and restarted on its database. Every round and the final
+    bookkeeping must match the uninterrupted twin's exactly."""
+    cfg = {"cluster": workload.CLUSTER, "policy": "max_min_fairness", "recompute_every": 4, "session_id": "twin"}
+    twin = ServerProcess(tmp_path / "twin.db").start()
+    crash = ServerProcess(tmp_path / "crash.db").start()
+
+    def restart():
+        nonlocal crash
+        crash.kill()
+        crash = ServerProcess(tmp_path / "crash.db").start()
+        return Client(crash.url).open_session("twin")
+
+    try:
+        st, sc = Client(twin.url).session(**cfg), Client(crash.url).session(**cfg)
+        dt, dc = workload.Driver(7), workload.Driver(7)
+        for r in range(36):
+            dt.before_round(st)
+            dc.before_round(sc)
+            if r in (9, 21):
+                sc = restart()
+            lt, lc = dt.next_round(st), dc.next_round(sc)
+            assert _round_key(lc) == _round_key(lt), f"round {r} differs after a restart"
+            if r == 30:
+                sc = restart()
+        assert _jobs_key(sc.state()) == _jobs_key(st.state())
+        assert sc.state()["allocator_state"] == st.state()["allocator_state"]
+        assert sc.state()["finished_jobs"] == st.state()["finished_jobs"] > 0
+        assert sc.state()["version"] == st.state()["version"]
+    finally:
+        twin.stop()
+        crash.stop()
+
+
+# ---------------------------------------------------------------- security and limits
+
+
+def test_missing_or_wrong_token_is_401_and_healthz_stays_open(secure):
+    assert httpx.get(f"{secure.url}/healthz").status_code == 200
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"}):
+        r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": snapshot()}, headers=headers)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert "Traceback" not in r.text and r.json()["field"] == "Authorization"
+    with pytest.raises(UnauthorizedError):
+        Client(secure.url).policies()
+    assert "max_min_fairness" in Client(secure.url, token=TOKEN).policies()
+
+
+def test_oversize_malformed_and_unknown_get_the_right_4xx(secure):
+    h = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    big = {"snapshot": {**snapshot(), "jobs": snapshot()["jobs"] * 200}}
+    r = httpx.post(f"{secure.url}/v1/solve", content=json.dumps(big), headers=h)
+    assert r.status_code == 413 and r.json()["field"] == "body"
+
+    def chunks():  # no Content-Length: counted while reading
+        for _ in range(30):
+            yield b" " * 1000
+
+    r = httpx.post(f"{secure.url}/v1/solve", content=chunks(), headers=h)
+    assert r.status_code == 413
+    r = httpx.post(f"{secure.url}/v1/solve", content=b'{"snapshot": {', headers=h)
+    assert r.status_code == 422 and r.json() == {"detail": "body: malformed JSON", "field": "body"}
+    r = httpx.post(f"{secure.url}/v1/solve", content=b'{"snapshot": {"cluster": {"gpus": {"v100": NaN}}}}', headers=h)
+    assert r.status_code == 422
+    r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": snapshot(), "policy": "nope"}, headers=h)
+    assert r.status_code == 422 and r.json()["field"] == "policy"
+    r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": snapshot(), "time_limit": -1}, headers=h)
+    assert r.status_code == 422 and r.json()["field"] == "time_limit"
+    r = httpx.post(f"{secure.url}/v1/sessions/unknown/rounds", json={}, headers=h)
+    assert r.status_code == 404 and "unknown" in r.json()["detail"]
+    r = httpx.get(f"{secure.url}/v1/sessions/unknown", headers=h)
+    assert r.status_code == 404
+    s = Client(secure.url, token=TOKEN).session({"gpus": {"v100": 4}})
+    r = httpx.post(f"{secure.url}/v1/sessions/{s.id}/jobs", headers=h,
+                   json={"jobs": [{"id": f"j{i}", "throughput": {"v100": 1.0}} for i in range(51)]})
+    assert r.status_code == 422 and "limit of 50" in r.json()["detail"]
+    r = httpx.post(f"{secure.url}/v1/sessions", headers=h, json={"cluster": {"gpus": {"v100": 4}}, "bogus": 1})
+    assert r.status_code == 422 and r.json()["field"] == "bogus"
+    for r in (httpx.post(f"{secure.url}/v1/sessions/{s.id}/progress", headers=h, content=b"[]"),
+              httpx.patch(f"{secure.url}/v1/sessions/{s.id}/jobs/x", headers=h, json={"weight": 0})):
+        assert r.status_code in (404, 422) and "Traceback" not in r.text
+
+
+def test_non_loopback_bind_without_token_is_refused(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("optsched")
+    out = subprocess.run([str(exe), "serve", "--host", "0.0.0.0", "--db", str(tmp_path / "x.db")],
+                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2 and "--token" in out.stderr
