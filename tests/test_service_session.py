@@ -1,0 +1,188 @@
+"""The plain-Python Session (no HTTP): it decides exactly like a live in-process
+Allocator fed the same calls, a session restored from its database decides
+exactly like one that never stopped, and a failed call changes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optsched.allocator import Allocator
+from optsched.model import OptschedError
+from optsched.service import Conflict, NotFound, Session, Store
+from optsched.service import session as session_module
+from optsched.service import workload
+
+
+TIMINGS = {"solve_seconds", "build_seconds", "solver_seconds", "decode_seconds", "total_seconds"}
+
+
+def decisions(x):
+    """``x`` without wall-clock timings (the only thing allowed to differ)."""
+    if isinstance(x, str) and x.startswith("{"):
+        x = json.loads(x)
+    if isinstance(x, dict):
+        return {k: decisions(v) for k, v in x.items() if k not in TIMINGS}
+    if isinstance(x, list):
+        return [decisions(v) for v in x]
+    return x
+
+
+class _Tee:
+    """The session's allocator (reloaded from stored state every call) next to
+    one live Allocator that is never reloaded: every decision must agree."""
+
+    def __init__(self, loaded: Allocator, live: Allocator):
+        self.loaded, self.live = loaded, live
+        self.rounds = 0
+
+    def record(self, *a):
+        self.live.record(*a)
+        return self.loaded.record(*a)
+
+    def remove(self, ids):
+        self.live.remove(ids)
+        return self.loaded.remove(ids)
+
+    def next_round(self, inst, alloc):
+        a, b = self.loaded.next_round(inst, alloc), self.live.next_round(inst, alloc)
+        assert a.assignments == b.assignments, f"round {self.rounds}: restored allocator differs from the live one"
+        assert (a.started, a.preempted, a.migrated) == (b.started, b.preempted, b.migrated)
+        self.rounds += 1
+        return a
+
+    def state(self):
+        s = self.loaded.state()
+        assert s == self.live.state()
+        return s
+
+
+@pytest.mark.parametrize("policy,seed", [("max_min_fairness", 1), ("max_min_fairness", 2), ("fifo", 3),
+                                         ("las", 4)])
+def test_session_decides_like_a_live_allocator_given_the_same_calls(monkeypatch, policy, seed):
+    s = Session.create({"cluster": workload.CLUSTER, "policy": policy, "recompute_every": 3})
+    original = Session._allocator_loaded
+    live: dict = {}
+
+    def tee(self):
+        loaded = original(self)
+        if "a" not in live:
+            cfg = self.config
+            live["a"] = Allocator(self.cluster, placement=cfg.placement, seed=cfg.allocator.seed,
+                                  round_length=cfg.round_length)
+            live["a"].load_state(self._s["allocator"])
+        t = live.setdefault("tee", _Tee(loaded, live["a"]))
+        t.loaded = loaded
+        return t
+
+    monkeypatch.setattr(Session, "_allocator_loaded", tee)
+    workload.run(s, 40, seed=seed)
+    assert live["tee"].rounds >= 35  # rounds with active jobs
+    assert s.state()["finished_jobs"] > 0
+
+
+@pytest.mark.parametrize("seed,cfg", [
+    (11, {"recompute_every": 4}),
+    (12, {"min_recompute_interval": 1000.0}),
+    (13, {"policy": "tiresias", "placement": "first_fit"}),
+    (14, {"allocator": {"queue": "gavel", "type_order": "shuffle", "seed": 5}}),
+])
+def test_a_session_reloaded_from_its_database_decides_like_one_that_never_stopped(tmp_path, seed, cfg):
+    cfg = {"cluster": workload.CLUSTER, **cfg}
+    twin = Session.create({**cfg, "session_id": "s"}, store=Store(tmp_path / "twin.db"))
+    db = tmp_path / "reload.db"
+    s = Session.create({**cfg, "session_id": "s"}, store=Store(db))
+    dt, ds = workload.Driver(seed), workload.Driver(seed)
+    for r in range(30):
+        dt.before_round(twin)
+        ds.before_round(s)
+        if r % 4 == 1:  # a new process: a new connection, the session loaded lazily from disk
+            s = Session.load("s", Store(db))
+        a, b = dt.next_round(twin), ds.next_round(s)
+        assert decisions(a) == decisions(b), f"round {r}"
+    assert decisions(twin.state_document()) == decisions(s.state_document())
+    assert twin.version == s.version
+
+
+def test_a_failed_call_changes_nothing():
+    s = Session.create({"cluster": {"gpus": {"v100": 2}}, "round_length": 60.0})
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}}, {"id": "big", "scale_factor": 2, "throughput": {"v100": 1.0}}])
+    s.next_round()
+    doc = s.state_document()
+    bad = [
+        lambda: s.report([{"job_id": "a", "steps": 3.0}, {"job_id": "ghost", "steps": 1.0}]),
+        lambda: s.report([{"job_id": "a", "steps": 3.0, "steps_done": 4.0}]),
+        lambda: s.record("a", "k80", 10.0),
+        lambda: s.submit([{"id": "c", "throughput": {"v100": 1.0}}, {"id": "c", "throughput": {"v100": 1.0}}]),
+        lambda: s.submit([{"id": "d", "throughput": {"v100": 1.0}, "colocated": {"nobody": {"v100": [1, 1]}}}]),
+        lambda: s.update("a", throughput={"v100": 0.0}),
+        lambda: s.finish("a", seconds=100.0),
+        lambda: s.next_round(now=-1.0),
+        lambda: s.next_round(expected_round=0),
+    ]
+    for call in bad:
+        with pytest.raises((OptschedError, ValueError)):
+            call()
+        assert s.state_document() == doc
+
+
+def test_record_and_report_refuse_jobs_that_did_not_run():
+    s = Session.create({"cluster": {"gpus": {"v100": 1}}, "round_length": 60.0})
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}}, {"id": "b", "throughput": {"v100": 1.0}}])
+    r = s.next_round()
+    (ran,), (waiting,) = list(r["placement"]), r["queued"]
+    with pytest.raises(OptschedError, match="did not run"):
+        s.record(waiting, "v100", 10.0)
+    with pytest.raises(OptschedError, match="did not run"):
+        s.report({"job_id": waiting, "throughput": 3.0})
+    s.record(ran, "v100", 10.0)
+    s.next_round()
+    assert s.job(ran)["attained_service"] == 10.0 and s.job(waiting)["attained_service"] == 0.0
+    # The allocator was credited 10 s of a 60 s round, not a full round.
+    assert s.state()["allocator_state"]["rounds_received"][ran]["v100"] == pytest.approx(0.5 + 10 / 60)
+
+
+def test_finished_jobs_leave_the_allocator_and_their_ids_stay_taken(tmp_path):
+    s = Session.create({"cluster": {"gpus": {"v100": 2}}}, store=Store(tmp_path / "db"))
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}, "steps_total": 10}, {"id": "b", "throughput": {"v100": 1.0}}])
+    s.next_round()
+    assert s.report({"job_id": "a", "steps": 10})[0]["status"] == "finished"
+    st = s.state()
+    assert "a" not in st["allocator_state"]["placement"] and "a" not in st["allocator_state"]["rounds_present"]
+    assert s.job("a")["status"] == "finished" and [j["id"] for j in s.finished_jobs()] == ["a"]
+    with pytest.raises(Conflict):
+        s.submit({"id": "a", "throughput": {"v100": 1.0}})
+    with pytest.raises(NotFound):
+        s.report({"job_id": "a", "steps": 1})
+    assert s.remove(["a", "b"])[0]["id"] == "b"  # "a" already finished: skipped
+    assert s.next_round()["placement"] == {}
+
+
+def test_throughput_reports_and_updates_reach_the_next_recomputation():
+    s = Session.create({"cluster": {"gpus": {"v100": 1, "k80": 1}}, "recompute_every": 1})
+    s.submit([{"id": "a", "throughput": {"v100": 2.0, "k80": 1.0}}])
+    r = s.next_round()
+    gtype = r["placement"]["a"][0]["gpu_type"]
+    s.report({"job_id": "a", "throughput": 7.5})
+    assert s.job("a")["spec"]["throughput"][gtype] == 7.5
+    s.update("a", weight=3.0)
+    s.next_round()
+    assert s.allocation().effective_throughput[0] > 0
+    assert s.job("a")["spec"]["weight"] == 3.0
+
+
+def test_session_clock_units_and_explicit_time():
+    s = Session.create({"cluster": {"gpus": {"v100": 1}}, "round_length": 100.0, "start_time": 1000.0})
+    s.submit({"id": "a", "throughput": {"v100": 1.0}})
+    assert s.next_round()["time"] == 1000.0
+    r = s.next_round(now=1050.0)  # the caller's clock: the last round was cut short at 50 s
+    assert r["time"] == 1050.0
+    assert s.job("a")["attained_service"] == 50.0 and s.job("a")["elapsed_time"] == 50.0
+    assert s.next_round()["time"] == 1150.0
+
+
+def test_per_round_policies_match_the_simulators():
+    from optsched.sim.stages import PER_ROUND_POLICIES
+
+    assert session_module.per_round_policies() == frozenset(PER_ROUND_POLICIES)
