@@ -1,0 +1,1 @@
+"""Real execution for the scheduling pipeline (``optsched run``)."""

@@ -1,0 +1,667 @@
+"""The runtime loop: the simulator's stages with real execution.
+
+Every round (``round_length`` seconds of wall clock):
+
+    observe     poll the running processes; read their progress files
+                (steps done, iteration times, finish time); a process that
+                exited 0 has finished, 75 was preempted (checkpoint saved),
+                anything else failed (its slots are freed, the others go on);
+    admission   jobs whose arrival time has passed join the active set
+                (arrivals wait for the round boundary; JCT counts from arrival);
+    policy      a Snapshot of the active jobs (throughput = the measured
+                steps/s per slot type, else the trace's estimate) is solved
+                with ``optsched.policy.solve`` when jobs arrived or left
+                (or every ``recompute_every`` rounds); otherwise the same
+                Allocation is reused (Gavel semantics, as the simulator);
+    allocator   ``Allocator.next_round(snapshot, allocation)`` → Placement;
+    execution   the diff against what really runs: jobs not placed, or placed
+                on other slots (migrated), get their lease revoked and stop at
+                the next iteration boundary with a checkpoint; one still alive
+                after ``grace`` seconds is killed and reported failed; then
+                placed jobs that do not run are launched on their slots (after
+                the stopped ones exited: no slot is ever held by two
+                processes); the others' leases are renewed;
+    progress    wait for the round's end, polling; a job finishing mid-round
+                completes then and its slots stay idle; the round ends early
+                when every placed job has exited (as the simulator);
+    metrics     ``Allocator.record`` for jobs that ran less than the round,
+                ``remove`` for finished and failed jobs; per-round and per-job
+                rows; the restart overhead of every launch (launch → first
+                step after the restore) and the throughput per slot type.
+
+Deterministic decisions given the same measured progress: the policy and the
+allocator see only the trace, the measured throughputs and steps done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from optsched.model import Cluster, GpuSlot, Job, OptschedError, Snapshot
+from optsched.runtime.executor import Launch, slot_names, wait_all
+from optsched.runtime.job import EXIT_PREEMPTED, LEASE_FILE, PROGRESS_FILE, read_json, write_json_atomic
+from optsched.runtime.spec import RunJob
+
+log = logging.getLogger("optsched.runtime")
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    policy: str = "max_min_fairness"
+    round_length: float = 2.0
+    grace: float = 5.0  # seconds a revoked job may take to stop before it is killed
+    placement: str = "consolidated"
+    solver: str = "auto"
+    time_limit: float = 60.0
+    seed: int = 0
+    recompute_every: int | None = None
+    max_time: float | None = None  # stop (every job) after this many seconds
+    poll_interval: float = 0.02
+    lease_slack: float | None = None  # lease lifetime beyond the round (default max(2 rounds, 10 s))
+    allocator_options: dict = field(default_factory=dict)
+    policy_options: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not self.round_length > 0:
+            raise OptschedError(f"--round-length: must be positive, got {self.round_length:g}")
+        if not self.grace >= 0:
+            raise OptschedError(f"--grace: must be >= 0, got {self.grace:g}")
+        if self.max_time is not None and not self.max_time > 0:
+            raise OptschedError(f"--max-time: must be positive, got {self.max_time:g}")
+        if self.recompute_every is not None and self.recompute_every < 1:
+            raise OptschedError(f"--recompute-every: must be >= 1, got {self.recompute_every}")
+        from optsched.policy import policy_names
+
+        if self.policy not in policy_names():
+            raise OptschedError(f"--policy: unknown policy {self.policy!r} (choose from {', '.join(policy_names())})")
+        if self.policy in ("pollux", "sia", "hadar"):
+            raise OptschedError(f"--policy: {self.policy} chooses GPU counts for elastic jobs; the runtime runs rigid jobs")
+
+
+@dataclass
+class _Incarnation:
+    n: int
+    slots: tuple[GpuSlot, ...]
+    handle: object
+    launch_at: float  # relative seconds
+    steps_start: int
+    exit_at: float | None = None
+    exit_code: int | None = None
+    outcome: str = ""  # finished | preempted | failed | killed | stopped
+    revoked_at: float | None = None
+    progress: dict | None = None
+    decided_at: float = 0.0  # start of the round that placed it
+    cancelled: bool = False  # stopped before its first step (killed: nothing to lose)
+
+
+@dataclass
+class _JobState:
+    job: RunJob
+    status: str = "waiting"  # waiting | queued | running | finished | failed
+    steps_done: int = 0
+    first_start: float | None = None
+    finish: float | None = None
+    error: str = ""
+    preemptions: int = 0
+    migrations: int = 0
+    attained: float = 0.0  # slot-seconds
+    runs: list = field(default_factory=list)  # _Incarnation
+    steps_by_type: dict = field(default_factory=dict)  # type -> [steps, seconds]
+
+    @property
+    def current(self) -> _Incarnation | None:
+        r = self.runs[-1] if self.runs else None
+        return r if r is not None and r.exit_at is None else None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    jobs: pd.DataFrame
+    rounds: pd.DataFrame
+    launches: pd.DataFrame
+    summary: dict
+    config: dict
+
+    def write(self, out_dir: str | os.PathLike) -> list[Path]:
+        d = Path(out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name, frame in (("jobs", self.jobs), ("rounds", self.rounds), ("launches", self.launches)):
+            p = d / f"{name}.csv"
+            frame.to_csv(p, index=False)
+            paths.append(p)
+        p = d / "summary.json"
+        p.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "summary": self.summary, "config": self.config},
+                                indent=2, default=_plain) + "\n")
+        paths.append(p)
+        p = d / "measured_trace.csv"
+        self.measured_trace(p)
+        paths.append(p)
+        return paths
+
+    def measured_trace(self, path: str | os.PathLike) -> None:
+        """The run as a Tiresias trace for ``optsched simulate``: each job's
+        duration = its steps / its measured throughput (its first slot type)."""
+        rows = []
+        prev = 0.0
+        for r in self.jobs.sort_values("arrival_time", kind="stable").itertuples(index=False):
+            thr = r.measured_throughput
+            duration = r.steps_total / thr if thr and thr > 0 else float("nan")
+            rows.append({"job_id": r.job_id, "num_gpu": r.scale_factor, "submit_time": r.arrival_time,
+                         "iterations": r.steps_total, "model_name": r.model, "duration": duration,
+                         "interval": r.arrival_time - prev})
+            prev = r.arrival_time
+        pd.DataFrame(rows).to_csv(path, index=False, float_format="%.6g")
+
+
+def _plain(x):
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, (tuple, set, np.ndarray)):
+        return list(x)
+    return str(x)
+
+
+class _Stop(Exception):
+    pass
+
+
+class Runtime:
+    """One run of jobs on an executor (``run()`` below is the one-call form)."""
+
+    def __init__(self, jobs: list[RunJob], executor, config: RunConfig = RunConfig(), run_dir: str | None = None,
+                 on_round=None):
+        config.validate()
+        if not jobs:
+            raise OptschedError("run: no jobs")
+        ids = [j.job_id for j in jobs]
+        if len(set(ids)) != len(ids):
+            raise OptschedError("run: duplicate job ids")
+        self.cfg = config
+        self.executor = executor
+        self.cluster: Cluster = executor.cluster
+        self.types = list(self.cluster.gpus)
+        for j in jobs:
+            if not any(j.scale_factor <= c for c in self.cluster.gpus.values()):
+                raise OptschedError(f"job {j.job_id}: needs {j.scale_factor} slots, more than any type has "
+                                    f"({', '.join(f'{t}={c}' for t, c in self.cluster.gpus.items())})")
+        self.jobs = sorted(jobs, key=lambda j: j.arrival_time)
+        self.state = {j.job_id: _JobState(j) for j in self.jobs}
+        self.run_dir = run_dir or tempfile.mkdtemp(prefix="optsched-run-")
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.on_round = on_round
+        self.rounds: list[dict] = []
+        self.slot_log: list[tuple] = []  # (slot name, job, from, to) process lifetimes as the runtime saw them
+        self._holder: dict[str, str] = {}  # slot name -> job holding it now
+        self._t0 = 0.0
+        self._stopping = threading.Event()
+        self.solver_seconds = 0.0
+        self.recomputations = 0
+
+    # ------------------------------------------------------------------ time
+    def now(self) -> float:
+        return time.time() - self._t0
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0 and self._stopping.wait(seconds):
+            raise _Stop()
+
+    def stop(self) -> None:
+        """Ask the loop to stop (thread-safe; signal handlers call this)."""
+        self._stopping.set()
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> RunResult:
+        from optsched.allocator import Allocator
+
+        cfg = self.cfg
+        self.allocator = Allocator(self.cluster, placement=cfg.placement, seed=cfg.seed,
+                                   round_length=cfg.round_length, **cfg.allocator_options)
+        self._warm_up()
+        self.executor.start()
+        self._t0 = time.time()
+        wall0 = time.perf_counter()
+        interrupted = ""
+        allocation = None
+        dirty = True
+        rounds_since = 0
+        try:
+            k = 0
+            while True:
+                now = self.now()
+                self._observe(now)
+                if self._stopping.is_set():
+                    raise _Stop()
+                arrived = self._admit(now)
+                dirty |= arrived
+                active = [s for s in self.state.values() if s.status in ("queued", "running")]
+                if not active:
+                    waiting = [s for s in self.state.values() if s.status == "waiting"]
+                    if not waiting:
+                        break
+                    self._sleep(min(s.job.arrival_time for s in waiting) - self.now())
+                    continue
+                if cfg.max_time is not None and now >= cfg.max_time:
+                    interrupted = "max_time"
+                    break
+                # --- policy ---
+                snap = self._snapshot(active, now)
+                solve_s = 0.0
+                recompute = dirty or allocation is None or (cfg.recompute_every and rounds_since >= cfg.recompute_every)
+                if recompute:
+                    from optsched.policy import solve
+
+                    t = time.perf_counter()
+                    allocation = solve(snap, policy=cfg.policy, solver=cfg.solver, time_limit=cfg.time_limit,
+                                       **cfg.policy_options)
+                    solve_s = time.perf_counter() - t
+                    self.solver_seconds += solve_s
+                    self.recomputations += 1
+                    dirty, rounds_since = False, 0
+                # --- allocator / placement ---
+                placement = self.allocator.next_round(snap, allocation)
+                # A copy: Allocator.remove() drops jobs from the dict the Placement shares with its lease.
+                assignments = {j: tuple(v) for j, v in placement.assignments.items()}
+                # --- execution ---
+                stopped, started, migrated, preempted = self._apply(assignments, now)
+                # --- progress: wait for the round's end ---
+                end = now + cfg.round_length
+                placed = [j for j in assignments if self.state[j].current is not None]
+                while True:
+                    left = end - self.now()
+                    if left <= 0:
+                        break
+                    self._sleep(min(cfg.poll_interval, left))
+                    self._observe(self.now())
+                    if all(self.state[j].current is None for j in placed):
+                        break
+                round_end = min(self.now(), end) if placed and all(self.state[j].current is None for j in placed) else end
+                if not placed:
+                    round_end = end
+                # --- metrics ---
+                left_jobs = self._account(assignments, now, round_end)
+                dirty |= bool(left_jobs)
+                rounds_since += 1
+                self.rounds.append({
+                    "round": k, "start": now, "end": round_end, "active": len(active),
+                    "running": len(placed), "started": len(started), "preempted": len(preempted),
+                    "migrated": len(migrated), "finished_or_failed": len(left_jobs), "recomputed": bool(recompute),
+                    "solve_seconds": solve_s,
+                    "busy_slots": sum(len(assignments[j]) for j in placed),
+                    "note": placement.note,
+                })
+                if self.on_round is not None:
+                    self.on_round({"round": k, "time": round_end, "jobs": len(self.jobs),
+                                   "done": sum(s.status in ("finished", "failed") for s in self.state.values()),
+                                   "running": len(placed)})
+                k += 1
+                # the next round starts at this one's end (early when every placed job exited)
+                self._sleep(round_end - self.now())
+        except (_Stop, KeyboardInterrupt):
+            interrupted = "interrupted"
+        finally:
+            self._shutdown()
+        return self._result(time.perf_counter() - wall0, interrupted)
+
+    def _warm_up(self) -> None:
+        """Import and run the policy once before the clock starts (imports of
+        the solver stack would otherwise count in the first jobs' JCT)."""
+        from optsched.policy import solve
+
+        t = self.types[0]
+        snap = Snapshot(cluster=self.cluster, jobs=[Job(id="warm-up", throughput={t: 1.0}, steps_total=1.0)])
+        try:
+            solve(snap, policy=self.cfg.policy, solver=self.cfg.solver, time_limit=self.cfg.time_limit,
+                  **self.cfg.policy_options)
+        except OptschedError:
+            pass
+
+    # ------------------------------------------------------------------ stages
+    def _admit(self, now: float) -> bool:
+        arrived = False
+        for s in self.state.values():
+            if s.status == "waiting" and s.job.arrival_time <= now + 1e-9:
+                s.status = "queued"
+                arrived = True
+        return arrived
+
+    def _throughput(self, s: _JobState) -> dict[str, float]:
+        acc = {t: list(v) for t, v in s.steps_by_type.items()}
+        inc = s.current
+        p = inc.progress if inc is not None else None
+        if p and p.get("first_step_at") and p.get("last_step_end") and p["last_step_end"] > p["first_step_at"]:
+            a = acc.setdefault(inc.slots[0].gpu_type, [0, 0.0])
+            a[0] += int(p.get("steps_done", inc.steps_start)) - inc.steps_start
+            a[1] += p["last_step_end"] - p["first_step_at"]
+        measured = {t: v[0] / v[1] for t, v in acc.items() if v[1] > 0 and v[0] > 0}
+        fallback = (np.mean(list(measured.values())) if measured else s.job.throughput) or 1.0
+        return {t: float(measured.get(t, fallback)) for t in self.types}
+
+    def _snapshot(self, active: list[_JobState], now: float) -> Snapshot:
+        jobs = [Job(id=s.job.job_id, model=s.job.model, scale_factor=s.job.scale_factor, weight=s.job.weight,
+                    throughput=self._throughput(s), steps_total=float(s.job.steps), steps_done=float(s.steps_done),
+                    arrival_time=s.job.arrival_time, elapsed_time=max(now - s.job.arrival_time, 0.0),
+                    attained_service=s.attained)
+                for s in active]
+        return Snapshot(time=now, cluster=self.cluster, jobs=jobs)
+
+    def _observe(self, now: float) -> None:
+        for s in self.state.values():
+            inc = s.current
+            if inc is None:
+                continue
+            rc = inc.handle.poll()
+            prog = read_json(os.path.join(self._job_dir(s.job.job_id), PROGRESS_FILE))
+            if prog is not None and prog.get("incarnation") == str(inc.n):
+                inc.progress = prog
+                s.steps_done = max(s.steps_done, int(prog.get("steps_done", 0)))
+            if rc is None:
+                continue
+            self._exited(s, inc, rc, self.now())
+
+    def _exited(self, s: _JobState, inc: _Incarnation, rc: int, t: float, killed: bool = False) -> None:
+        inc.exit_at, inc.exit_code = t, rc
+        for slot in inc.slots:
+            name = slot_names([slot])
+            if self._holder.get(name) == s.job.job_id:
+                del self._holder[name]
+            self.slot_log.append((name, s.job.job_id, inc.launch_at, t))
+        prog = read_json(os.path.join(self._job_dir(s.job.job_id), PROGRESS_FILE)) or {}
+        if prog.get("incarnation") == str(inc.n):
+            inc.progress = prog
+        p = inc.progress or {}
+        self._credit(s, inc)
+        if killed:
+            inc.outcome = "killed"
+            s.status, s.error = "failed", f"killed: did not stop within the {self.cfg.grace:g} s grace period"
+            s.finish = t
+        elif rc == 0:
+            steps = int(p.get("steps_done", s.steps_done))
+            s.steps_done = max(s.steps_done, steps)
+            inc.outcome = "finished"
+            s.status = "finished"
+            end = p.get("last_step_end")
+            s.finish = min(t, end - self._t0) if end else t
+            if s.steps_done < s.job.steps:
+                s.status, s.error = "failed", f"exited 0 after {s.steps_done} of {s.job.steps} steps"
+        elif rc == EXIT_PREEMPTED:
+            inc.outcome = "preempted" if inc.revoked_at is not None else "stopped"
+            s.status = "queued"
+            if inc.revoked_at is None:
+                log.warning("job %s stopped by itself (%s); it restarts when placed again", s.job.job_id,
+                            p.get("stop_reason", "?"))
+        else:
+            inc.outcome = "failed"
+            s.status = "failed"
+            s.finish = t
+            s.error = p.get("error") or (f"exit code {rc}" if rc > 0 else f"signal {-rc}")
+
+    def _credit(self, s: _JobState, inc: _Incarnation) -> None:
+        p = inc.progress or {}
+        steps = int(p.get("steps_done", inc.steps_start)) - inc.steps_start
+        first, last = p.get("first_step_at"), p.get("last_step_end")
+        if steps > 0 and first and last and last > first:
+            t = inc.slots[0].gpu_type
+            acc = s.steps_by_type.setdefault(t, [0, 0.0])
+            acc[0] += steps
+            acc[1] += last - first
+        s.attained += len(inc.slots) * max((inc.exit_at or self.now()) - inc.launch_at, 0.0)
+
+    def _apply(self, assignments: dict, now: float):
+        """Make the processes match the placement: stop, then launch."""
+        stop, migrated, preempted = [], [], []
+        for s in self.state.values():
+            inc = s.current
+            if inc is None:
+                continue
+            want = assignments.get(s.job.job_id)
+            if want is None:
+                stop.append(s)
+                preempted.append(s.job.job_id)
+            elif tuple(want) != inc.slots:
+                stop.append(s)
+                migrated.append(s.job.job_id)
+        for s in stop:
+            s.current.revoked_at = self.now()
+            self._write_lease(s.job.job_id, revoked=True)
+        if stop:
+            # An incarnation that has not reached its first step has nothing to save (its previous
+            # checkpoint is intact): stop it now instead of waiting for its start-up.
+            for s in stop:
+                p = s.current.progress
+                if not (p and p.get("first_step_at")) and s.current.handle.poll() is None:
+                    s.current.handle.kill()
+                    s.current.cancelled = True
+            wait_all([s.current.handle for s in stop], self.cfg.grace)
+            for s in stop:
+                inc = s.current
+                rc = inc.handle.poll()
+                if inc.cancelled and rc != 0:
+                    self._exited(s, inc, EXIT_PREEMPTED, self.now())
+                    inc.outcome = "cancelled"
+                    s.steps_done = inc.steps_start  # its last checkpoint (it wrote none)
+                elif rc is None:
+                    inc.handle.kill()
+                    self._exited(s, inc, inc.handle.poll() if inc.handle.poll() is not None else -9, self.now(),
+                                 killed=True)
+                else:
+                    self._exited(s, inc, rc, self.now())
+        for j in preempted:
+            self.state[j].preemptions += 1
+        for j in migrated:
+            self.state[j].migrations += 1
+        started = []
+        for j, slots in assignments.items():
+            s = self.state[j]
+            if s.status in ("finished", "failed"):
+                continue
+            if s.current is not None:
+                self._write_lease(j, revoked=False)  # renew
+                continue
+            self._launch(s, tuple(slots), now)
+            started.append(j)
+        return stop, started, migrated, preempted
+
+    def _launch(self, s: _JobState, slots: tuple[GpuSlot, ...], decided_at: float) -> None:
+        j = s.job.job_id
+        for slot in slots:
+            name = slot_names([slot])
+            holder = self._holder.get(name)
+            if holder is not None:
+                raise RuntimeError(f"slot {name} is still held by {holder} (launching {j})")  # an invariant
+            self._holder[name] = j
+        self._write_lease(j, revoked=False)
+        launch_at = self.now()
+        n = len(s.runs)
+        env = {**s.job.env, "OPTSCHED_INCARNATION": str(n)}
+        handle = self.executor.launch(Launch(j, s.job.command, slots, self._job_dir(j), env))
+        s.runs.append(_Incarnation(n, slots, handle, launch_at, s.steps_done, decided_at=decided_at))
+        s.status = "running"
+        if s.first_start is None:
+            s.first_start = launch_at
+
+    def _account(self, assignments: dict, start: float, end: float) -> list[str]:
+        """record() for jobs that ran less than the round; remove() for jobs that left."""
+        left = []
+        for j, slots in assignments.items():
+            s = self.state[j]
+            runs = [r for r in s.runs if r.exit_at is not None and start - 1e-9 <= r.exit_at <= end + 1e-9]
+            if s.status in ("finished", "failed") or (runs and s.current is None):
+                ran = min(max((runs[-1].exit_at if runs else end) - start, 0.0), self.cfg.round_length)
+                try:
+                    self.allocator.record(j, slots[0].gpu_type, ran)
+                except OptschedError:
+                    pass
+        for s in self.state.values():
+            if s.status in ("finished", "failed") and not getattr(s, "_removed", False):
+                try:
+                    self.allocator.remove(s.job.job_id)
+                except OptschedError:
+                    pass  # never placed: unknown to the allocator
+                s._removed = True
+                left.append(s.job.job_id)
+        return left
+
+    # ------------------------------------------------------------------ files
+    def _job_dir(self, job_id: str) -> str:
+        return os.path.join(self.run_dir, "jobs", job_id)
+
+    def _write_lease(self, job_id: str, revoked: bool) -> None:
+        d = self._job_dir(job_id)
+        os.makedirs(d, exist_ok=True)
+        slack = self.cfg.lease_slack if self.cfg.lease_slack is not None else max(2 * self.cfg.round_length, 10.0)
+        write_json_atomic(os.path.join(d, LEASE_FILE),
+                          {"expires": time.time() + self.cfg.round_length + slack, "revoked": revoked})
+
+    def _shutdown(self) -> None:
+        """Revoke every lease, give the jobs the grace period, kill the rest."""
+        live = [s for s in self.state.values() if s.current is not None]
+        for s in live:
+            s.current.revoked_at = self.now()
+            try:
+                self._write_lease(s.job.job_id, revoked=True)
+            except OSError:
+                pass
+        if live:
+            wait_all([s.current.handle for s in live], min(self.cfg.grace, 10.0))
+        for s in live:
+            inc = s.current
+            rc = inc.handle.poll()
+            if rc is None:
+                inc.handle.kill()
+                rc = inc.handle.poll()
+                rc = -9 if rc is None else rc
+            self._exited(s, inc, rc, self.now())
+            if s.status == "queued" or s.status == "running":
+                s.status = "queued"
+        try:
+            self.executor.close()
+        except Exception as e:  # noqa: BLE001
+            log.warning("executor close: %s", e)
+
+    # ------------------------------------------------------------------ result
+    def _result(self, wall: float, interrupted: str) -> RunResult:
+        rows, launches = [], []
+        for s in self.state.values():
+            j = s.job
+            overheads = [r.progress["first_step_at"] - self._t0 - r.decided_at for r in s.runs
+                         if r.progress and r.progress.get("first_step_at")]
+            thr = {t: v[0] / v[1] for t, v in s.steps_by_type.items() if v[1] > 0}
+            total_steps, total_secs = sum(v[0] for v in s.steps_by_type.values()), sum(v[1] for v in s.steps_by_type.values())
+            rows.append({
+                "job_id": j.job_id, "model": j.model, "scale_factor": j.scale_factor, "arrival_time": j.arrival_time,
+                "steps_total": j.steps, "steps_done": s.steps_done,
+                "status": s.status if s.status in ("finished", "failed") else "unfinished",
+                "first_start": s.first_start, "finish_time": s.finish,
+                "jct": (s.finish - j.arrival_time) if s.finish is not None and s.status == "finished" else float("nan"),
+                "launches": len(s.runs), "preemptions": s.preemptions, "migrations": s.migrations,
+                "restart_overhead_mean": float(np.mean(overheads)) if overheads else float("nan"),
+                "measured_throughput": total_steps / total_secs if total_secs > 0 else float("nan"),
+                "throughput_by_type": json.dumps({t: round(v, 4) for t, v in thr.items()}),
+                "error": s.error,
+            })
+            for r in s.runs:
+                p = r.progress or {}
+                first = p.get("first_step_at")
+                launches.append({
+                    "job_id": j.job_id, "incarnation": r.n, "slots": slot_names(r.slots),
+                    "gpu_type": r.slots[0].gpu_type, "launch_at": r.launch_at,
+                    "first_step_at": (first - self._t0) if first else float("nan"),
+                    "exit_at": r.exit_at, "exit_code": r.exit_code, "outcome": r.outcome,
+                    "revoked_at": r.revoked_at, "steps_start": r.steps_start,
+                    "steps_end": int(p.get("steps_done", r.steps_start)),
+                    "launch_overhead": (first - self._t0 - r.launch_at) if first else float("nan"),
+                    "restart_overhead": (first - self._t0 - r.decided_at) if first else float("nan"),
+                    "stop_latency": (r.exit_at - r.revoked_at) if r.revoked_at is not None and r.exit_at is not None
+                    else float("nan"),
+                    "iteration_seconds_mean": (p["iteration_seconds"] / p["iterations"]) if p.get("iterations") else float("nan"),
+                })
+        jobs = pd.DataFrame(rows)
+        ldf = pd.DataFrame(launches)
+        rdf = pd.DataFrame(self.rounds)
+        done = jobs[jobs["status"] == "finished"]
+        jct = done["jct"].to_numpy(dtype=float)
+        ro = ldf["restart_overhead"].dropna().to_numpy(dtype=float) if len(ldf) else np.array([])
+        lo = ldf["launch_overhead"].dropna().to_numpy(dtype=float) if len(ldf) else np.array([])
+        stop_lat = ldf["stop_latency"].dropna().to_numpy(dtype=float) if len(ldf) else np.array([])
+        by_type: dict[str, list] = {}
+        for s in self.state.values():
+            for t, (n, sec) in s.steps_by_type.items():
+                by_type.setdefault(t, []).append(n / sec if sec > 0 else float("nan"))
+        makespan = float(jobs["finish_time"].max() - jobs["arrival_time"].min()) if jobs["finish_time"].notna().any() else float("nan")
+        summary = {
+            "schema_version": SCHEMA_VERSION,
+            "executor": self.executor.name, "policy": self.cfg.policy, "round_length": self.cfg.round_length,
+            "cluster": dict(self.cluster.gpus),
+            "jobs": len(jobs), "jobs_completed": int(len(done)), "jobs_failed": int((jobs["status"] == "failed").sum()),
+            "jobs_unfinished": int((jobs["status"] == "unfinished").sum()),
+            "avg_jct": float(jct.mean()) if jct.size else float("nan"),
+            "median_jct": float(np.median(jct)) if jct.size else float("nan"),
+            "p99_jct": float(np.percentile(jct, 99)) if jct.size else float("nan"),
+            "makespan": makespan,
+            "launches": int(len(ldf)),
+            "preemptions": int(jobs["preemptions"].sum()), "migrations": int(jobs["migrations"].sum()),
+            "restart_overhead_mean": float(ro.mean()) if ro.size else float("nan"),
+            "restart_overhead_p95": float(np.percentile(ro, 95)) if ro.size else float("nan"),
+            "launch_overhead_mean": float(lo.mean()) if lo.size else float("nan"),
+            "stop_latency_mean": float(stop_lat.mean()) if stop_lat.size else float("nan"),
+            "throughput_by_type": {t: float(np.nanmean(v)) for t, v in by_type.items()},
+            "rounds": len(rdf), "recomputations": self.recomputations, "solver_seconds": self.solver_seconds,
+            "wall_seconds": wall, "interrupted": interrupted, "run_dir": self.run_dir,
+        }
+        config = {"executor": self.executor.name, "cluster": dict(self.cluster.gpus),
+                  **{k: v for k, v in self.cfg.__dict__.items()}}
+        return RunResult(jobs, rdf, ldf, summary, config)
+
+
+def run(jobs, executor: str | object = "local", config: RunConfig | None = None, cluster: str | None = None,
+        address: str | None = None, run_dir: str | None = None, on_round=None, step_scale: float = 1.0,
+        handle_signals: bool = False, **options) -> RunResult:
+    """Run ``jobs`` (RunJobs, a Trace, or a trace path) under the pipeline on
+    ``executor`` ("local", "ray", or an executor object). ``options``: RunConfig
+    fields. ``handle_signals``: SIGTERM/SIGINT stop the run cleanly (main thread)."""
+    from optsched.runtime.executor import make_executor
+    from optsched.runtime.spec import jobs_from_trace
+
+    if isinstance(jobs, (str, os.PathLike)):
+        from optsched.traces.io import read_trace
+
+        jobs = read_trace(jobs)
+    if not isinstance(jobs, (list, tuple)):
+        jobs = jobs_from_trace(jobs, step_scale)
+    cfg = config or RunConfig(**options)
+    run_id = uuid.uuid4().hex[:12]
+    ex = make_executor(executor, cluster, address, run_id) if isinstance(executor, str) else executor
+    rt = Runtime(list(jobs), ex, cfg, run_dir, on_round)
+    old = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        def _handler(signum, frame):
+            rt.stop()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, _handler)
+    try:
+        return rt.run()
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+__all__ = ["RunConfig", "RunResult", "Runtime", "run"]

@@ -1,0 +1,252 @@
+"""The Ray executor: every job incarnation is a Ray task pinned to its slots.
+
+``pip install 'optsched[ray]'``. Two modes:
+
+- **local** (no ``--address``): starts a Ray instance on this machine with
+  logical GPU resources, one per slot of ``--cluster`` (default one slot per
+  CPU core), plus one custom resource per slot
+  (``optsched_slot_<server>_<gpu>``). An incarnation's task requests exactly
+  the custom resources of the slots the allocator chose and as many logical
+  GPUs, so Ray itself refuses to put two jobs on one slot.
+- **joined** (``--address HOST:PORT`` or ``auto``): the cluster is read from
+  Ray: every alive node with GPUs is a server (its type from Ray's
+  ``accelerator_type:*`` resource, else ``gpu``); when no node has GPUs, each
+  node's CPUs are slots of type ``slot``. A task requests ``num_gpus`` (or
+  ``num_cpus``) = its slot count with a hard node-affinity to the chosen
+  node; Ray picks the device indices and sets ``CUDA_VISIBLE_DEVICES``.
+
+The task (in Ray's pooled workers, warmed at start: a launch costs
+milliseconds) starts the job's command as a subprocess in its own process
+group with the same environment as the local executor and waits for it; the
+runtime polls the task's result and, to kill a job, runs a small task on the
+job's node that kills its process group. The lease, progress and checkpoint files live in the run
+directory: in joined mode it must be on a filesystem every node sees (NFS),
+or the job cannot find its lease — this is the documented limitation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+
+from optsched.model import Cluster, OptschedError, Server
+from optsched.runtime.executor import Launch, job_env, parse_types
+
+
+def _ray():
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise OptschedError("--executor ray: Ray is not installed (pip install 'optsched[ray]')") from None
+    return ray
+
+
+def slot_resource(server: str, gpu: int) -> str:
+    return "optsched_slot_" + re.sub(r"[^A-Za-z0-9_]", "_", server) + f"_{gpu}"
+
+
+LAUNCHER_FILE = "launcher.json"
+
+
+def _run_job(command, env, cwd, log_path, real_gpus: bool):
+    """A Ray task: run the job's command in its own process group and wait for
+    it. Its pid (= process group) and node go to ``launcher.json`` so the
+    runtime can kill it through ``_kill_group`` on the same node."""
+    import json
+
+    import ray
+
+    full = dict(os.environ)
+    if not real_gpus:
+        full.pop("CUDA_VISIBLE_DEVICES", None)  # logical GPUs: nothing to see
+    full.update(env)
+    full["OPTSCHED_PARENT_PID"] = str(os.getpid())
+    os.makedirs(cwd, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(list(command), env=full, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        info = {"pid": proc.pid, "node": ray.get_runtime_context().get_node_id(),
+                "gpu_ids": [str(i) for i in ray.get_gpu_ids()] if real_gpus else []}
+        tmp = os.path.join(cwd, ".launcher.tmp")
+        with open(tmp, "w") as f:
+            json.dump(info, f)
+        os.replace(tmp, os.path.join(cwd, LAUNCHER_FILE))
+        try:
+            return proc.wait()
+        finally:
+            if proc.poll() is None:  # the task is being cancelled: take the job with it
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+def _kill_group(pid: int) -> bool:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+class RayHandle:
+    def __init__(self, executor: "RayExecutor", ref, job_dir: str):
+        self._ex = executor
+        self.ref = ref
+        self.job_dir = job_dir
+        self._rc = None
+
+    def poll(self) -> int | None:
+        if self._rc is not None:
+            return self._rc
+        ray = self._ex.ray
+        ready, _ = ray.wait([self.ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            self._rc = int(ray.get(self.ref))
+        except Exception:  # noqa: BLE001 — the task failed or was cancelled
+            self._rc = -9
+        return self._rc
+
+    def kill(self) -> None:
+        """SIGKILL the job's process group on its node, then wait for the task."""
+        import json
+
+        ray = self._ex.ray
+        if self.poll() is not None:
+            return
+        try:
+            with open(os.path.join(self.job_dir, LAUNCHER_FILE)) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            info = None
+        if info is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            killer = self._ex.kill_task.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(info["node"], soft=False))
+            try:
+                ray.get(killer.remote(int(info["pid"])), timeout=30)
+            except Exception:  # noqa: BLE001
+                pass
+        else:  # not started yet: drop it from Ray's queue (or stop its worker)
+            ray.cancel(self.ref, force=True)
+        try:
+            ray.wait([self.ref], timeout=30)
+        except Exception:  # noqa: BLE001
+            pass
+        if self.poll() is None:
+            self._rc = -9
+
+
+def _warm(seconds: float) -> int:
+    import time
+
+    time.sleep(seconds)
+    return os.getpid()
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, cluster_spec: str | None = None, address: str | None = None, run_id: str = ""):
+        self.ray = _ray()
+        self.address = address
+        self.run_id = run_id
+        self.real_gpus = False
+        self._started = False
+        self._node_of: dict[str, str] = {}  # server -> Ray node id (joined mode)
+        self._use_cpus = False
+        self._handles: list[RayHandle] = []
+        if address:
+            self._init()
+            self.cluster = self._cluster_from_ray(cluster_spec)
+        else:
+            gpus = parse_types(cluster_spec) if cluster_spec else {"slot": os.cpu_count() or 1}
+            self.cluster = Cluster(gpus=gpus, servers=[Server(id=f"local-{t}", gpu_type=t, gpus=c)
+                                                       for t, c in gpus.items()])
+
+    def _init(self) -> None:
+        ray = self.ray
+        if ray.is_initialized():
+            return
+        opts = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if self.address:
+            ray.init(address=self.address, **opts)
+        else:
+            resources = {slot_resource(s.id, g): 1.0 for s in self.cluster.servers for g in range(s.gpus)}
+            ray.init(num_cpus=os.cpu_count() or 1, num_gpus=sum(self.cluster.gpus.values()), resources=resources,
+                     **opts)
+        self._started = True
+
+    def _cluster_from_ray(self, cluster_spec: str | None) -> Cluster:
+        if cluster_spec:
+            raise OptschedError("--cluster: with --address the cluster is read from Ray's nodes")
+        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        servers, gpus = [], {}
+        with_gpus = [n for n in nodes if n["Resources"].get("GPU", 0) >= 1]
+        self._use_cpus = not with_gpus
+        for i, n in enumerate(with_gpus or nodes):
+            res = n["Resources"]
+            count = int(res.get("GPU", 0) if with_gpus else res.get("CPU", 0))
+            if count < 1:
+                continue
+            acc = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
+            t = acc[0].lower() if acc and with_gpus else ("gpu" if with_gpus else "slot")
+            sid = f"{n.get('NodeManagerHostname', 'node')}-{i}"
+            servers.append(Server(id=sid, gpu_type=t, gpus=count))
+            gpus[t] = gpus.get(t, 0) + count
+            self._node_of[sid] = n["NodeID"]
+        if not servers:
+            raise OptschedError(f"--address {self.address}: the Ray cluster has no node with GPUs or CPUs")
+        self.real_gpus = bool(with_gpus)
+        return Cluster(gpus=gpus, servers=servers)
+
+    def start(self) -> None:
+        """Start Ray and warm its worker pool (one worker per slot, reused by
+        every launch: a launch then costs milliseconds, not a Python start)."""
+        self._init()
+        ray = self.ray
+        self.run_task = ray.remote(max_retries=0)(_run_job)
+        self.kill_task = ray.remote(num_cpus=0, max_retries=0)(_kill_group)
+        warm = ray.remote(num_cpus=0)(_warm)
+        n = min(sum(self.cluster.gpus.values()), 16)
+        ray.get([warm.remote(0.2) for _ in range(n + 1)], timeout=120)
+
+    def launch(self, launch: Launch) -> RayHandle:
+        n = len(launch.slots)
+        if self.address:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            server = launch.slots[0].server
+            strategy = NodeAffinitySchedulingStrategy(self._node_of[server], soft=False)
+            res = {"num_cpus": n, "num_gpus": 0} if self._use_cpus else {"num_cpus": 0, "num_gpus": n}
+            opts = dict(scheduling_strategy=strategy, **res)
+        else:
+            opts = dict(num_cpus=0, num_gpus=n, resources={slot_resource(s.server, s.gpu): 1.0 for s in launch.slots})
+        os.makedirs(launch.job_dir, exist_ok=True)
+        try:
+            os.unlink(os.path.join(launch.job_dir, LAUNCHER_FILE))
+        except FileNotFoundError:
+            pass
+        env = job_env(launch, self.run_id, 0, False)
+        env.pop("OPTSCHED_PARENT_PID", None)
+        ref = self.run_task.options(**opts).remote(launch.command, env, launch.job_dir,
+                                                  os.path.join(launch.job_dir, "output.log"), self.real_gpus)
+        h = RayHandle(self, ref, launch.job_dir)
+        self._handles.append(h)
+        return h
+
+    def close(self) -> None:
+        for h in self._handles:
+            if h.poll() is None:
+                h.kill()
+        self._handles = []
+        if self._started and not self.address:
+            self.ray.shutdown()
+
+
+__all__ = ["RayExecutor", "RayHandle", "slot_resource"]

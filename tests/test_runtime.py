@@ -1,0 +1,212 @@
+"""The real runtime (``optsched run``, local executor): real short jobs with
+preemptions. Checks: every job finishes with its full step count after
+resumes (no lost progress, the same weights as an uninterrupted run), no slot
+is ever held by two jobs, a crashed job and a job that ignores its revoked
+lease are reported failed while the others finish, and no process outlives
+the run. The Ray executor's test is tests/test_runtime_ray.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optsched.runtime.job import EXIT_PREEMPTED, write_json_atomic
+from optsched.runtime.loop import run
+from optsched.runtime.spec import EXAMPLE_CSV, RunJob, workload_command
+from optsched.runtime.workloads.regression import digest, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- helpers (the Ray test imports them)
+
+def regression_job(job_id: str, steps: int, arrival: float = 0.0, scale_factor: int = 1, **knobs) -> RunJob:
+    model = "regression" + "".join(f":{k}={v}" for k, v in knobs.items())
+    return RunJob(job_id, arrival, steps, workload_command(model, steps), scale_factor, model)
+
+
+def assert_no_slot_shared(result) -> None:
+    """No slot is ever held by two job processes: per slot, the lifetimes the
+    runtime saw (launch → exit observed, a superset of the real ones) are
+    disjoint."""
+    spans = defaultdict(list)
+    for r in result.launches.itertuples(index=False):
+        for slot in r.slots.split(","):
+            spans[slot].append((r.launch_at, r.exit_at, r.job_id))
+    for slot, xs in spans.items():
+        xs.sort()
+        for (a0, a1, ja), (b0, b1, jb) in zip(xs, xs[1:]):
+            assert a1 is not None and a1 <= b0 + 1e-9, f"slot {slot}: {ja} [{a0:.3f}, {a1}] overlaps {jb} from {b0:.3f}"
+
+
+def assert_full_progress(result, run_dir: str, ids) -> None:
+    """Each job finished with its full step count, and the job itself says so."""
+    jobs = result.jobs.set_index("job_id")
+    for j in ids:
+        row = jobs.loc[j]
+        assert row["status"] == "finished", (j, row["status"], row["error"])
+        assert row["steps_done"] == row["steps_total"], j
+        res = json.load(open(os.path.join(run_dir, "jobs", j, "result.json")))
+        assert res["steps"] == row["steps_total"], j
+
+
+def processes_of_run(run_dir: str) -> list[int]:
+    """Live processes whose environment names this run's directory (/proc)."""
+    out = []
+    needle = run_dir.encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"OPTSCHED_JOB_DIR=" + needle in env and state != "Z":
+            out.append(int(pid))
+    return out
+
+
+def wait_gone(run_dir: str, timeout: float = 10.0) -> list[int]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        left = processes_of_run(run_dir)
+        if not left:
+            return []
+        time.sleep(0.1)
+    return processes_of_run(run_dir)
+
+
+# ---------------------------------------------------------------- the job library
+
+
+def test_revoked_lease_checkpoints_and_resume_matches_uninterrupted_run(tmp_path):
+    steps = 400
+    cmd = workload_command("regression", steps)
+    env = {**os.environ, "OPTSCHED_JOB_DIR": str(tmp_path), "OPENBLAS_NUM_THREADS": "1", "OPTSCHED_INCARNATION": "0"}
+    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + 60, "revoked": False})
+    p = subprocess.Popen(cmd, env=env)
+    deadline = time.time() + 20
+    while time.time() < deadline:  # revoke once it has made some progress
+        prog = json.loads((tmp_path / "progress.json").read_text()) if (tmp_path / "progress.json").exists() else {}
+        if prog.get("steps_done", 0) >= 20:
+            break
+        time.sleep(0.01)
+    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + 60, "revoked": True})
+    assert p.wait(timeout=20) == EXIT_PREEMPTED
+    prog = json.loads((tmp_path / "progress.json").read_text())
+    assert prog["status"] == "preempted" and 20 <= prog["steps_done"] < steps
+    with np.load(tmp_path / "ckpt.npz") as z:
+        assert int(z["__optsched_step__"]) == prog["steps_done"]
+    # a resumed run continues from the checkpoint and ends with the uninterrupted run's weights
+    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + 60, "revoked": False})
+    assert subprocess.run(cmd, env={**env, "OPTSCHED_INCARNATION": "1"}, timeout=30).returncode == 0
+    prog2 = json.loads((tmp_path / "progress.json").read_text())
+    assert prog2["status"] == "finished" and prog2["restored_step"] == prog["steps_done"]
+    res = json.loads((tmp_path / "result.json").read_text())
+    assert res["steps"] == steps and res["digest"] == digest(train(steps))
+
+
+def test_expired_lease_stops_the_job_with_a_checkpoint(tmp_path):
+    """The runtime is gone (no renewal): the job stops by itself, nothing lost."""
+    env = {**os.environ, "OPTSCHED_JOB_DIR": str(tmp_path), "OPENBLAS_NUM_THREADS": "1"}
+    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + 1.0, "revoked": False})
+    rc = subprocess.run(workload_command("regression", 10**6), env=env, timeout=30).returncode
+    assert rc == EXIT_PREEMPTED
+    prog = json.loads((tmp_path / "progress.json").read_text())
+    assert prog["stop_reason"] == "expired" and prog["steps_done"] > 0
+
+
+# ---------------------------------------------------------------- the runtime, local executor
+
+
+def test_local_run_preempts_and_resumes_without_lost_progress(tmp_path):
+    run_dir = str(tmp_path / "run")
+    steps = 500
+    jobs = [regression_job(f"j{i}", steps, arrival=0.0 if i < 3 else 1.0) for i in range(4)]
+    res = run(jobs, "local", cluster="slot=2", round_length=1.0, grace=3.0, run_dir=run_dir, max_time=60)
+    s = res.summary
+    assert s["jobs_completed"] == 4 and s["jobs_failed"] == 0, res.jobs[["job_id", "status", "error"]]
+    assert s["preemptions"] >= 1 and s["launches"] > 4  # 4 jobs on 2 slots rotate
+    assert_full_progress(res, run_dir, [j.job_id for j in jobs])
+    want = digest(train(steps))
+    for j in jobs:  # resumed from checkpoints: the same weights as without preemption
+        assert json.load(open(os.path.join(run_dir, "jobs", j.job_id, "result.json")))["digest"] == want
+    assert_no_slot_shared(res)
+    assert (res.launches["restart_overhead"].dropna() > 0).all() and s["restart_overhead_mean"] > 0
+    assert res.rounds["busy_slots"].max() <= 2
+    assert wait_gone(run_dir) == []
+
+
+def test_crashed_and_lease_ignoring_jobs_fail_while_others_finish(tmp_path):
+    run_dir = str(tmp_path / "run")
+    jobs = [
+        regression_job("stubborn", 10**6, ignore_lease=1),  # never honours a revoked lease
+        regression_job("crash", 300, arrival=0.5, crash_at=40),
+        regression_job("a", 400, arrival=0.5),
+        regression_job("b", 400, arrival=0.5),
+    ]
+    # One slot: at the second round the new arrivals (never run) come first, so stubborn is preempted.
+    t = time.time()
+    res = run(jobs, "local", cluster="slot=1", round_length=1.0, grace=0.5, run_dir=run_dir, max_time=40)
+    assert time.time() - t < 35, res.jobs[["job_id", "status", "launches", "error"]]
+    by = res.jobs.set_index("job_id")
+    assert by.loc["stubborn", "status"] == "failed" and "grace" in by.loc["stubborn", "error"]
+    assert by.loc["crash", "status"] == "failed" and "injected crash" in by.loc["crash", "error"]
+    assert_full_progress(res, run_dir, ["a", "b"])
+    assert res.summary["jobs_failed"] == 2 and res.summary["jobs_completed"] == 2
+    killed = res.launches[res.launches["job_id"] == "stubborn"]
+    assert (killed["outcome"] == "killed").any()
+    assert_no_slot_shared(res)
+    assert wait_gone(run_dir) == []
+
+
+def test_run_writes_tables_and_a_measured_trace_the_simulator_reads(tmp_path):
+    from optsched.traces.io import read_trace
+
+    run_dir, out = str(tmp_path / "run"), tmp_path / "out"
+    res = run([regression_job("x", 200), regression_job("y", 200, arrival=0.2)], "local", cluster="slot=1",
+              round_length=1.0, run_dir=run_dir, max_time=60)
+    res.write(out)
+    summary = json.loads((out / "summary.json").read_text())["summary"]
+    assert summary["jobs_completed"] == 2
+    tr = read_trace(out / "measured_trace.csv")
+    assert tr.format == "tiresias" and list(tr.jobs["steps_total"]) == [200, 200]
+    assert (tr.jobs["duration"] > 0).all()
+
+
+def test_example_trace_file_is_the_built_in_example():
+    assert (ROOT / "examples" / "workloads" / "small.csv").read_text() == EXAMPLE_CSV
+
+
+def test_cli_run_sigterm_stops_every_job_process(tmp_path):
+    trace = tmp_path / "long.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                     "long0,1,0,1000000,regression,100,0\nlong1,1,0,1000000,regression,100,0\n")
+    run_dir = str(tmp_path / "run")
+    exe = Path(sys.executable).parent / "optsched"
+    p = subprocess.Popen([str(exe), "run", str(trace), "--cluster", "slot=2", "--round-length", "1",
+                          "--run-dir", run_dir, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(processes_of_run(run_dir)) < 2:
+        time.sleep(0.1)
+    assert len(processes_of_run(run_dir)) == 2
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode != 0 or b"interrupted" in out + err
+    assert wait_gone(run_dir, 5) == []
+    for j in ("long0", "long1"):  # stopped at an iteration boundary with a checkpoint
+        prog = json.loads(Path(run_dir, "jobs", j, "progress.json").read_text())
+        assert prog["status"] == "preempted" and Path(run_dir, "jobs", j, "ckpt.npz").exists()
