@@ -1,57 +1,72 @@
-"""What every fractional formulation shares: the Program a formulation returns
-and the base constraints of DESIGN.md §4.
+"""What every fractional formulation shares: the Formulation a module's
+``build(inst, **options)`` returns, the base constraints of DESIGN.md §4, and
+space sharing's pairs.
 
     X >= 0,   X[m, j] = 0 where job m cannot run on type j,
     Σ_j X[m, j] <= 1            (a job runs at most all of the time)
     Σ_m s_m X[m, j] <= W_j      (capacity of type j)
 
-cvxpy is imported inside the functions that build cvxpy expressions: the
-simulator's direct LP path (build_lp) uses only the numpy helpers here, and
-importing cvxpy costs ~1.7 s per process.
+are exactly the time and capacity rows of a block LP (solvers/block_lp.py):
+a formulation only chooses the share rows A, their right-hand sides, the
+objective and (with packing) the pair columns. Nothing here imports cvxpy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from optsched.model import Instance, OptschedError
-
-if TYPE_CHECKING:
-    import cvxpy as cp
+from optsched.solvers import block_lp
+from optsched.solvers.block_lp import BlockLP, BlockSolution, PairBlock
 
 
 @dataclass
-class Program:
-    problem: cp.Problem
-    fractions: cp.Expression  # (n, k) time fractions of each job alone on each type
-    capacity: cp.Constraint | None  # its dual is the price of a GPU of each type
-    share: Callable[[np.ndarray], np.ndarray]  # per-job fairness metric of an allocation
-    objective: Callable[[float], float] = lambda v: v  # problem value -> reported objective
-    effective_throughput: Callable[[np.ndarray], np.ndarray] | None = None
+class Formulation:
+    """One policy's program in the form the solver eats, plus how to read it.
+
+    ``lp`` is the block LP (for finish-time and proportional fairness, the
+    linear part the custom ``solver`` starts from). ``share(X, Y)`` is the
+    per-job metric of the explanation (lowest = bottleneck; Y = pair fractions
+    or None); ``objective(sol)`` the reported objective of a solution;
+    ``relaxed`` a builder of the documented fallback program when this one is
+    infeasible (SLOs that cannot all be met)."""
+
+    lp: BlockLP
+    share: Callable[[np.ndarray, np.ndarray | None], np.ndarray]
+    objective: Callable[[BlockSolution], float] = lambda sol: sol.value
     info: dict = field(default_factory=dict)
-    # Space sharing: pair variables (then ``share`` is called as share(X, Y)).
-    pairs: PairVariables | None = None
-    # Documented fallback when the program is infeasible (e.g. SLOs that cannot
-    # all be met): a builder of the relaxed program and a note for the status.
-    relaxed: Callable[[], "Program"] | None = None
+    packing: Packing | None = None
+    relaxed: Callable[[], "Formulation"] | None = None
     relaxed_note: str = ""
+    # A program that is not one block LP (a sequence of them, or conic rows):
+    # solver(backend, time_limit) -> BlockSolution. None: block_lp.solve(lp).
+    solver: Callable[[str, float], BlockSolution] | None = None
+
+    def solve(self, backend: str, time_limit: float) -> BlockSolution:
+        if self.solver is not None:
+            return self.solver(backend, time_limit)
+        return block_lp.solve(self.lp, backend=backend, time_limit=time_limit)
 
 
-def allocation_variable(inst: Instance) -> tuple[cp.Variable, list[cp.Constraint], cp.Constraint]:
-    """X with the base constraints; returns (X, constraints, capacity constraint)."""
-    import cvxpy as cp
+def base_lp(inst: Instance, packing: Packing | None = None, **arrays) -> BlockLP:
+    """The block LP over ``inst``'s base constraints with the given share rows /
+    objective (BlockLP fields) and, with packing, pair columns whose share-row
+    coefficients follow ``arrays["A"]`` and whose objective is ``pair_C``."""
+    pair_C = arrays.pop("pair_C", None)
+    pairs = None if packing is None else packing.block(arrays["A"], pair_C)
+    return BlockLP(S=inst.scale_factor.astype(float), W=inst.capacity.astype(float), allowed=inst.available,
+                   pairs=pairs, **arrays)
 
-    X = cp.Variable((inst.n, inst.k), nonneg=True, name="X")
-    capacity = inst.scale_factor @ X <= inst.capacity
-    constraints = [
-        cp.sum(X, axis=1) <= 1,
-        X <= inst.available.astype(float),
-        capacity,
-    ]
-    return X, constraints, capacity
+
+def job_share(A: np.ndarray, X: np.ndarray, packing: Packing | None = None, Y: np.ndarray | None = None) -> np.ndarray:
+    """Σ_j A[m, j] X[m, j] (+ every pair containing m, at its packed rate)."""
+    thr = (A * X).sum(axis=1)
+    if packing is not None and Y is not None:
+        thr = thr + packing.throughput(A, Y)
+    return thr
 
 
 def heterogeneity_agnostic(throughput: np.ndarray) -> np.ndarray:
@@ -121,7 +136,7 @@ def no_packing(policy: str, packing: bool) -> None:
 
 
 # --------------------------------------------------------------------------
-# Space sharing (Gavel §3.1 "space sharing"): pair variables
+# Space sharing (Gavel §3.1 "space sharing"): pair columns
 # --------------------------------------------------------------------------
 #
 # A pair (m, m') packed on type j runs both jobs on the same s GPUs; they run
@@ -137,46 +152,38 @@ def no_packing(policy: str, packing: bool) -> None:
 # ties by partner index); a pair survives if either member ranks it that high.
 
 
-@dataclass
-class PairVariables:
-    """Y[p, j]: time fraction pair p runs packed on type j (0 where not admitted)."""
+@dataclass(frozen=True)
+class Packing:
+    """The admitted pairs: Y[p, j] = time fraction pair p runs packed on type j."""
 
     pairs: np.ndarray  # (p, 2) job indices
     rate: np.ndarray  # (p, k, 2) packed throughput / solo throughput of each member
     admitted: np.ndarray  # (p, k) bool
     scale_factor: np.ndarray  # (p,)
-    Y: cp.Variable
-    first: object  # scipy.sparse (n, p): job m is pairs[p, 0]
-    second: object  # scipy.sparse (n, p): job m is pairs[p, 1]
+    n: int
 
-    def time(self) -> cp.Expression:
-        """Per-job time in any pair: Σ_{p ∋ m} Σ_j Y[p, j]."""
-        import cvxpy as cp
+    def coefficients(self, T: np.ndarray) -> np.ndarray:
+        """(p, k, 2): each member's packed throughput in the units of T (a policy's normalized matrix)."""
+        return np.stack([T[self.pairs[:, 0]] * self.rate[:, :, 0], T[self.pairs[:, 1]] * self.rate[:, :, 1]], axis=2)
 
-        per_pair = cp.sum(self.Y, axis=1)
-        return (self.first + self.second) @ per_pair
+    def block(self, A: np.ndarray, C: np.ndarray | None = None) -> PairBlock:
+        """Pair columns of a block LP whose share rows are A (objective C on Y, default 0)."""
+        share = self.coefficients(A)
+        return PairBlock(self.pairs, np.where(self.admitted[:, :, None], share, 0.0), self.admitted,
+                         self.scale_factor.astype(float), np.zeros(self.admitted.shape) if C is None else C)
 
-    def gpus(self) -> cp.Expression:
-        """Per-type GPUs the pairs use: Σ_p s_p Y[p, j]."""
-        return self.scale_factor @ self.Y
-
-    def coefficients(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each member's packed throughput in the units of T (a policy's normalized matrix)."""
-        a, b = self.pairs[:, 0], self.pairs[:, 1]
-        return T[a] * self.rate[:, :, 0], T[b] * self.rate[:, :, 1]
-
-    def throughput(self, T: np.ndarray) -> cp.Expression:
+    def throughput(self, T: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """Per-job packed throughput: Σ_{p ∋ m} Σ_j c[p, j, role(m)] Y[p, j]."""
-        import cvxpy as cp
+        per_member = (self.coefficients(T) * Y[:, :, None]).sum(axis=1)  # (p, 2)
+        return np.bincount(self.pairs.reshape(-1), weights=per_member.reshape(-1), minlength=self.n)
 
-        c0, c1 = self.coefficients(T)
-        return self.first @ cp.sum(cp.multiply(c0, self.Y), axis=1) + self.second @ cp.sum(
-            cp.multiply(c1, self.Y), axis=1
-        )
+    def time(self, Y: np.ndarray) -> np.ndarray:
+        """Per-job time in any pair: Σ_{p ∋ m} Σ_j Y[p, j]."""
+        return np.bincount(self.pairs.reshape(-1), weights=np.repeat(Y.sum(axis=1), 2), minlength=self.n)
 
-    def throughput_value(self, T: np.ndarray, Y: np.ndarray) -> np.ndarray:
-        c0, c1 = self.coefficients(T)
-        return self.first @ (c0 * Y).sum(axis=1) + self.second @ (c1 * Y).sum(axis=1)
+    def gpus(self, Y: np.ndarray) -> np.ndarray:
+        """Per-type GPUs the pairs use: Σ_p s_p Y[p, j]."""
+        return self.scale_factor @ Y
 
 
 def admitted_pairs(inst: Instance, max_partners: int | None = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -214,58 +221,17 @@ def _top_partners(cand: np.ndarray, a: np.ndarray, b: np.ndarray, gain: np.ndarr
     return mask
 
 
-def pair_variables(inst: Instance, max_partners: int | None = 8) -> PairVariables | None:
-    """Pair variables for the admitted pairs, or None when no pair is admitted."""
-    import cvxpy as cp
-    import scipy.sparse as sp
-
-    pairs, rate, ok = admitted_pairs(inst, max_partners)
-    p = len(pairs)
-    if p == 0:
-        return None
-    cols = np.arange(p)
-    first = sp.csr_matrix((np.ones(p), (pairs[:, 0], cols)), shape=(inst.n, p))
-    second = sp.csr_matrix((np.ones(p), (pairs[:, 1], cols)), shape=(inst.n, p))
-    Y = cp.Variable((p, inst.k), nonneg=True, name="Y")
-    return PairVariables(pairs, rate, ok, inst.scale_factor[pairs[:, 0]], Y, first, second)
-
-
-def packed_allocation_variable(
-    inst: Instance, packing: bool = False, max_partners: int | None = 8
-) -> tuple[cp.Variable, PairVariables | None, list[cp.Constraint], cp.Constraint]:
-    """X (and pair variables Y when ``packing`` admits any pair) with the base
-    constraints counting every combination containing m:
+def packing_pairs(inst: Instance, packing: bool = False, max_partners: int | None = 8) -> Packing | None:
+    """The admitted pairs when ``packing`` is on and any pair is admitted, else None.
+    With pairs, the time row of job m counts every pair containing m and a
+    type's capacity counts the pairs' GPUs:
 
         Σ_j X[m, j] + Σ_{p ∋ m} Σ_j Y[p, j] <= 1,
         Σ_m s_m X[m, j] + Σ_p s_p Y[p, j] <= W_j,   Y[p, j] = 0 unless admitted.
     """
-    import cvxpy as cp
-
-    pv = pair_variables(inst, max_partners) if packing else None
-    if pv is None:
-        X, constraints, capacity = allocation_variable(inst)
-        return X, None, constraints, capacity
-    X = cp.Variable((inst.n, inst.k), nonneg=True, name="X")
-    capacity = inst.scale_factor @ X + pv.gpus() <= inst.capacity
-    constraints = [
-        cp.sum(X, axis=1) + pv.time() <= 1,
-        X <= inst.available.astype(float),
-        pv.Y <= pv.admitted.astype(float),
-        capacity,
-    ]
-    return X, pv, constraints, capacity
-
-
-def job_throughput(A: np.ndarray, X: cp.Variable, pv: PairVariables | None = None) -> cp.Expression:
-    """thr_m = Σ_j A[m, j] X[m, j] (+ every pair containing m), vectorized."""
-    import cvxpy as cp
-
-    thr = cp.sum(cp.multiply(A, X), axis=1)
-    return thr if pv is None else thr + pv.throughput(A)
-
-
-def job_throughput_value(A: np.ndarray, X: np.ndarray, pv: PairVariables | None = None, Y: np.ndarray | None = None) -> np.ndarray:
-    thr = (A * X).sum(axis=1)
-    if pv is not None and Y is not None:
-        thr = thr + pv.throughput_value(A, Y)
-    return thr
+    if not packing:
+        return None
+    pairs, rate, ok = admitted_pairs(inst, max_partners)
+    if len(pairs) == 0:
+        return None
+    return Packing(pairs, rate, ok, inst.scale_factor[pairs[:, 0]], inst.n)

@@ -8,29 +8,58 @@ left, thr_m^iso the throughput of the isolated share (W_j / n GPUs of every
 usable type divided by s_m, rows normalized to ≤ 1: formulations.base), and
 t_m^iso the cumulative time the job would have run in isolation
 (``Job.isolated_time``; Gavel approximates it by the elapsed time, our
-documented default when the snapshot lacks it). Writing ρ_m = a_m + b_m / thr_m
-with a_m = t^elapsed / D_m, b_m = R_m / D_m, D_m = t^iso + R_m / thr^iso, the
-program is one vectorized convex expression (inv_pos), no loop over jobs.
+documented default when the snapshot lacks it). Write ρ_m = a_m + b_m / thr_m
+with a_m = t^elapsed / D_m, b_m = R_m / D_m, D_m = t^iso + R_m / thr^iso.
+
+Solved as a sequence of max-min block LPs, no conic program. For a fixed ρ
+(above every a_m) the constraint ρ_m(X) ≤ ρ is linear, thr_m(X) ≥ b_m / (ρ − a_m),
+so ρ is achievable exactly when
+
+    v(ρ) = max_X min_m thr_m(X) · (ρ − a_m) / b_m  ≥ 1,
+
+a max-min fairness LP (share rows A_m(ρ) = T_m (ρ − a_m) / b_m, g = 1,
+c_z = 1; pairs as pair columns with the same row scaling). v is
+nondecreasing in ρ, and the optimum is the smallest ρ with v(ρ) ≥ 1, found by
+safeguarded root finding (Illinois regula falsi on v(ρ) − 1, bisection when
+the secant leaves the bracket) on a bracket [lo, hi] that every solve also
+tightens directly:
+  * start: lo = max_m a_m + b_m / thr_m^max (each job alone with all it can
+    use), hi = max_m ρ_m(X^iso) (the isolated share is feasible);
+  * a solve with v(ρ) ≥ 1 returns X with max_m ρ_m(X) ≤ ρ: hi = max_m ρ_m(X);
+  * a solve with v(ρ) < 1 proves v(ρ') ≤ v(ρ)(ρ' − a_max)/(ρ − a_max), so
+    lo = a_max + (ρ − a_max)/v(ρ);
+until hi − lo ≤ 1e-9 · hi (typically 4–8 max-min solves). The reported ρ is
+max_m ρ_m of the returned X; GPU prices are the last LP's capacity duals
+converted by the envelope theorem, dρ/dW_j = −price_j / Σ_m λ_m thr_m / b_m.
 ``agnostic=True`` uses each job's mean usable throughput on every type
-(formulations.base.type_blind). A job with nothing left and no history has
-D_m = 0: it does not constrain the program (a_m = b_m = 0).
+(formulations.base.type_blind). A job with nothing left has b_m = 0: it has
+no share row and ρ_m = a_m (0 without history).
 """
 
 from __future__ import annotations
 
-import cvxpy as cp
+import dataclasses
+import time
+
 import numpy as np
 
 from optsched.formulations.base import (
-    Program,
+    Formulation,
+    base_lp,
+    isolated_share,
     isolated_throughput,
-    job_throughput,
-    job_throughput_value,
-    packed_allocation_variable,
+    job_share,
+    packing_pairs,
     require_steps_remaining,
     type_blind,
 )
 from optsched.model import Instance
+from optsched.solvers import block_lp
+from optsched.solvers.block_lp import BlockSolution
+
+TOLERANCE = 1e-9
+FEASIBLE = 1e-6  # v(ρ) ≥ 1 − FEASIBLE counts as feasible: the IPM's z was seen 2e-7 low; hi is what X really achieves
+MAX_SOLVES = 60
 
 
 def rho_coefficients(inst: Instance, T: np.ndarray, policy: str = "finish_time_fairness") -> tuple[np.ndarray, np.ndarray]:
@@ -45,24 +74,136 @@ def rho_coefficients(inst: Instance, T: np.ndarray, policy: str = "finish_time_f
     return a, b
 
 
-def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Program:
+def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:
     T = type_blind(inst.throughput) if agnostic else inst.throughput
     a, b = rho_coefficients(inst, T)
-    # Scale rows so thr ~ 1 where the isolated share gives 1: ρ is invariant,
-    # and the conic program stays well conditioned (T spans 1e-2..1e3 steps/s).
+    # Rows in units of the isolated throughput (ρ is invariant): thr ~ 1.
     scale = isolated_throughput(inst, T)
     A = T / scale[:, None]
-    X, pv, constraints, capacity = packed_allocation_variable(inst, packing, max_partners)
-    thr = job_throughput(A, X, pv)
-    rho = a + cp.multiply(b / scale, cp.inv_pos(thr))
-    return Program(
-        problem=cp.Problem(cp.Minimize(cp.max(rho)), constraints),
-        fractions=X,
-        capacity=capacity,
+    b = b / scale
+    pk = packing_pairs(inst, packing, max_partners)
+    live = (b > 0) & (A.sum(axis=1) > 0)
+    info: dict = {}
+
+    def rows_at(rho: float):
+        """The max-min block LP of v(ρ)."""
+        coef = np.where(live, (rho - a) / np.where(live, b, 1.0), 0.0)
+        return base_lp(inst, pk, A=A * coef[:, None], g=np.ones(inst.n), c_z=1.0, has_row=live)
+
+    def rho_of(X, Y=None):
+        return _rho(a, b, job_share(A, X, pk, Y))
+
+    def solver(backend: str, time_limit: float) -> BlockSolution:
+        return _root_find(inst, A, a, b, live, pk, rows_at, rho_of, backend, time_limit, info)
+
+    return Formulation(
+        lp=rows_at(1.0),
         # Share = -ρ, so the bottleneck jobs (lowest share) are those with the largest ρ.
-        share=lambda x, y=None: -_rho(a, b / scale, job_throughput_value(A, x, pv, y)),
-        pairs=pv,
+        share=lambda X, Y=None: -rho_of(X, Y),
+        objective=lambda sol: sol.value,
+        info=info,
+        packing=pk,
+        solver=solver,
     )
+
+
+def _root_find(inst, A, a, b, live, pk, rows_at, rho_of, backend, time_limit, info) -> BlockSolution:
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit
+    n, k = inst.n, inst.k
+    rest = float(np.max(a[~live], initial=0.0))  # ρ of jobs without a row: constant
+    if not live.any():
+        X = isolated_share(inst)
+        Y = None if pk is None else np.zeros((len(pk.pairs), k))
+        info["max_min_solves"] = 0
+        return BlockSolution(True, "optimal", X, rest, Y, rest, np.zeros(n), np.zeros(k), time.perf_counter() - t0, backend)
+    a_max = float(a[live].max())
+    lo = float(np.max((a + b / np.maximum(_best_alone(inst, A, pk), 1e-300))[live]))
+    hi = float(np.max(rho_of(isolated_share(inst))[live]))
+    best: BlockSolution | None = None
+    solves, seconds = 0, 0.0
+
+    def value_at(rho: float):
+        """Solve v(ρ); tighten lo or hi; return (solution, v(ρ) − 1 or None on failure)."""
+        nonlocal solves, seconds, lo, hi, best
+        sol = block_lp.solve(rows_at(rho), backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3))
+        solves += 1
+        seconds += sol.seconds
+        if not sol.ok:
+            return sol, None
+        if sol.z >= 1.0 - FEASIBLE:  # (solver tolerance) hi is what the returned X achieves
+            reached = float(np.max(rho_of(sol.X, sol.Y)[live]))
+            if best is None or reached < hi:
+                best, hi = sol, reached
+        elif sol.z > 0:
+            lo = max(lo, a_max + (rho - a_max) / sol.z)
+        else:
+            lo = max(lo, rho)
+        return sol, sol.z - 1.0
+
+    # Bracket: f(ρa) < 0 ≤ f(ρb), f = v − 1.
+    sol, fa = value_at(lo)
+    if fa is None:
+        return _failed(sol, seconds, solves, info)
+    ra = lo
+    if best is not None:  # every job at its own best at once: lo is optimal
+        return _finish(best, rest, live, b, A, pk, rho_of, seconds, solves, info)
+    rb = hi
+    sol, fb = value_at(hi)
+    if fb is None or best is None:
+        return _failed(dataclasses.replace(sol, status="error", message=sol.message or "max-min LP at the isolated share's ρ below 1"),
+                       seconds, solves, info)
+    fb = max(fb, 0.0)
+    side = 0
+    while hi - lo > TOLERANCE * max(abs(hi), 1.0) and solves < MAX_SOLVES:
+        if time.perf_counter() > deadline:
+            return _failed(dataclasses.replace(sol, ok=False, status="time_limit",
+                                               message=f"time limit of {time_limit:g}s reached"), seconds, solves, info)
+        rc = (ra * fb - rb * fa) / (fb - fa) if fb != fa else 0.5 * (lo + hi)
+        if not lo < rc < hi:
+            rc = 0.5 * (lo + hi)
+        sol, fc = value_at(rc)
+        if fc is None:
+            return _failed(sol, seconds, solves, info)
+        if fc >= 0:
+            rb, fb = rc, fc
+            if side == 1:
+                fa /= 2  # Illinois: the other end has been kept twice
+            side = 1
+        else:
+            ra, fa = rc, fc
+            if side == -1:
+                fb /= 2
+            side = -1
+    return _finish(best, rest, live, b, A, pk, rho_of, seconds, solves, info)
+
+
+def _finish(best, rest, live, b, A, pk, rho_of, seconds, solves, info) -> BlockSolution:
+    info["max_min_solves"] = solves
+    rho = float(np.max(rho_of(best.X, best.Y)[live]))
+    thr = job_share(A, best.X, pk, best.Y)
+    slope = float(np.sum(np.where(live, best.share_dual * thr / np.where(live, b, 1.0), 0.0)))
+    price = None if best.price is None or slope <= 0 else np.maximum(best.price, 0.0) / slope
+    return dataclasses.replace(best, value=max(rho, rest), z=max(rho, rest), price=price, seconds=seconds)
+
+
+def _failed(sol: BlockSolution, seconds: float, solves: int, info: dict) -> BlockSolution:
+    info["max_min_solves"] = solves
+    return dataclasses.replace(sol, ok=False, seconds=seconds)
+
+
+def _best_alone(inst: Instance, A: np.ndarray, pk) -> np.ndarray:
+    """An upper bound on job m's throughput (scaled units) in any allocation:
+    its best rate per type (alone or packed), at most min(1, W_j / s_m) of
+    the time on type j and at most all of the time in total."""
+    best = A.copy()
+    if pk is not None:
+        coef = np.where(pk.admitted[:, :, None], pk.coefficients(A), 0.0)
+        for role in (0, 1):
+            np.maximum.at(best, pk.pairs[:, role], coef[:, :, role])
+    best = np.where(inst.available, best, 0.0)
+    reach = np.minimum(1.0, inst.capacity[None, :] / inst.scale_factor[:, None])  # time on j alone
+    return np.minimum(best.max(axis=1), (best * reach).sum(axis=1))  # both bound Σ_j best_j x_j, Σ x ≤ 1, x_j ≤ reach_j
 
 
 def _rho(a: np.ndarray, b: np.ndarray, thr: np.ndarray) -> np.ndarray:

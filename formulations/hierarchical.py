@@ -40,7 +40,7 @@ def tenant_weights(inst: Instance):
 def allocate(
     inst: Instance,
     policy: str = "max_min_fairness_hierarchical",
-    solver: str = "clarabel",
+    solver: str = "auto",
     time_limit: float = 60.0,
     agnostic: bool = False,
     packing: bool = False,

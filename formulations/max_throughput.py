@@ -5,34 +5,33 @@
 thr_m^iso being the throughput of job m's isolated share (formulations.base:
 W_j / n GPUs of every usable type over s_m), so a job counts by its speedup
 over its isolated share and fast models do not dominate the sum. The objective
-is "how many isolated shares' worth of progress the cluster makes".
-``agnostic=True`` replaces every usable T[m, j] by 1. ``packing=True`` adds the
-admitted pairs (formulations.base): the LP then trades time slicing for packing.
+is "how many isolated shares' worth of progress the cluster makes". As a block
+LP: objective C = A = T / thr^iso, no share rows. ``agnostic=True`` replaces
+every usable T[m, j] by 1. ``packing=True`` adds the admitted pairs
+(formulations.base) with objective c[p, j] = both members' normalized packed
+throughputs: the LP then trades time slicing for packing.
 """
 
 from __future__ import annotations
 
-import cvxpy as cp
-
 from optsched.formulations.base import (
-    Program,
+    Formulation,
+    base_lp,
     heterogeneity_agnostic,
     isolated_throughput,
-    job_throughput,
-    job_throughput_value,
-    packed_allocation_variable,
+    job_share,
+    packing_pairs,
 )
 from optsched.model import Instance
 
 
-def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Program:
+def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:
     T = heterogeneity_agnostic(inst.throughput) if agnostic else inst.throughput
     A = T / isolated_throughput(inst, T)[:, None]
-    X, pv, constraints, capacity = packed_allocation_variable(inst, packing, max_partners)
-    return Program(
-        problem=cp.Problem(cp.Maximize(cp.sum(job_throughput(A, X, pv))), constraints),
-        fractions=X,
-        capacity=capacity,
-        share=lambda x, y=None: job_throughput_value(A, x, pv, y),
-        pairs=pv,
+    pk = packing_pairs(inst, packing, max_partners)
+    pair_C = None if pk is None else pk.coefficients(A).sum(axis=2)
+    return Formulation(
+        lp=base_lp(inst, pk, A=A, C=A, has_row=None, pair_C=pair_C),
+        share=lambda X, Y=None: job_share(A, X, pk, Y),
+        packing=pk,
     )

@@ -13,14 +13,17 @@ that job is scheduled without an SLO constraint and listed in
 ``explanation.slo_missed``; if the remaining SLOs cannot all be met together,
 the program is solved without SLO constraints (as Gavel does) and the status
 says so. A job with a deadline needs ``steps_total``.
+
+As a block LP: objective C[m, j] = T[m, j] / (thr_m^iso s_m p_j), no z; each
+live SLO is a share row Σ_j (T[m, j] / rate_m) X[m, j] ≥ 1 (divided by the
+required rate_m = R_m / (slo_m − now): well scaled).
 """
 
 from __future__ import annotations
 
-import cvxpy as cp
 import numpy as np
 
-from optsched.formulations.base import Program, allocation_variable, isolated_throughput, no_packing
+from optsched.formulations.base import Formulation, base_lp, isolated_throughput, no_packing
 from optsched.model import Instance, OptschedError
 
 
@@ -48,29 +51,26 @@ def slo_rates(inst: Instance) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return idx, inst.steps_remaining[idx] / time_left[idx], missed
 
 
-def build(inst: Instance, slo: bool = False, packing: bool = False, with_slos: bool = True) -> Program:
+def build(inst: Instance, slo: bool = False, packing: bool = False, with_slos: bool = True) -> Formulation:
     no_packing("min_cost", packing)
     price = prices(inst)
     A = inst.throughput / isolated_throughput(inst, inst.throughput)[:, None]
     C = A / (inst.scale_factor[:, None] * price[None, :])
-    X, constraints, capacity = allocation_variable(inst)
+    B, lower, has_row = np.zeros_like(A), np.zeros(inst.n), np.zeros(inst.n, dtype=bool)
     info: dict = {}
     relaxed = None
     if slo:
         idx, rate, missed = slo_rates(inst)
         info["slo_missed"] = missed
         if with_slos and len(idx):
-            # Rows divided by the required rate: thr_m / rate_m ≥ 1 (well scaled).
-            B = inst.throughput[idx] / rate[:, None]
-            constraints = constraints + [cp.sum(cp.multiply(B, X[idx]), axis=1) >= 1]
+            B[idx] = inst.throughput[idx] / rate[:, None]  # thr_m / rate_m ≥ 1
+            lower[idx], has_row[idx] = 1.0, True
             relaxed = lambda: build(inst, slo=True, with_slos=False)  # noqa: E731
         if not with_slos:
             info["slo_dropped"] = True
-    return Program(
-        problem=cp.Problem(cp.Maximize(cp.sum(cp.multiply(C, X))), constraints),
-        fractions=X,
-        capacity=capacity,
-        share=lambda x: (A * x).sum(axis=1),
+    return Formulation(
+        lp=base_lp(inst, A=B, C=C, lower=lower, has_row=has_row),
+        share=lambda X, Y=None: (A * X).sum(axis=1),
         info=info,
         relaxed=relaxed,
         relaxed_note="SLOs cannot all be met: solved without SLO constraints",

@@ -9,12 +9,18 @@ Round r solves the LP
           base constraints,
 
 with share_m(X) = Σ_j T[m, j] X[m, j] · s_m / thr_equal_m (max_min_fairness's
-normalized share before dividing by the weight). A job is frozen at
+normalized share before dividing by the weight). As a block LP (z = t):
+unfrozen rows A0[m] / w_m^(r) with g = 1, lower 0; frozen rows A0[m] / level_m
+with g = 0, lower 1 (both divided through for scaling: the same rows as
+share_m ≥ t w_m and share_m ≥ level_m). A job is frozen at
 level_m = t_r w_m^(r) when it cannot rise above it in any optimal solution of
 round r. Gavel finds these jobs with a MILP per round; we read them off the
 duals instead: an interior-point solver (CLARABEL) returns a strictly
 complementary dual, whose multiplier on ``share_m ≥ t w_m`` is positive exactly
-when share_m = t w_m in every optimal solution (Goldman–Tucker). Each round
+when share_m = t w_m in every optimal solution (Goldman–Tucker). The block
+IPM, CLARABEL and HiGHS IPM without crossover all return such interior duals;
+with a vertex dual (simplex) a positive multiplier still proves the job stuck
+(complementary slackness), only some stuck jobs may wait a round. Each round
 freezes at least one job (the multipliers sum to 1), so there are at most n rounds; in practice one per distinct
 share level. The first round is max_min_fairness, so the minimum share equals
 its objective; the result is the leximin (water-filled) allocation.
@@ -28,12 +34,14 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import cvxpy as cp
+import logging
+
 import numpy as np
 
-from optsched.formulations.base import allocation_variable, fallback_allocation, no_packing
+from optsched.formulations.base import base_lp, fallback_allocation, no_packing
 from optsched.formulations.max_min_fairness import normalized_throughput
 from optsched.model import Allocation, Instance
+from optsched.solvers import block_backend, block_lp
 
 # A job is stuck when its multiplier, scaled to mean 1 over the unfrozen jobs,
 # exceeds STUCK_DUAL. CLARABEL's noise on the multipliers of jobs that can rise
@@ -46,7 +54,7 @@ STUCK_DUAL = 1e-3
 def allocate(
     inst: Instance,
     policy: str = "max_min_fairness_water_filling",
-    solver: str = "clarabel",
+    solver: str = "auto",
     time_limit: float = 60.0,
     agnostic: bool = False,
     packing: bool = False,
@@ -59,35 +67,40 @@ def allocate(
     return water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds)
 
 
-def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -> Allocation:
-    from optsched.solvers import solve as run
+def round_lp(inst: Instance, A0: np.ndarray, w: np.ndarray, frozen: np.ndarray, level: np.ndarray):
+    """Round r's block LP: maximize t s.t. A0[m] X[m] / w_m ≥ t (unfrozen), A0[m] X[m] / level_m ≥ 1 (frozen)."""
+    pinned = frozen & (level > 0)  # a job frozen at level 0 (it cannot run) keeps the row share ≥ 0
+    scale = np.where(pinned, level, np.where(frozen, 1.0, w))
+    return base_lp(inst, A=A0 / scale[:, None], g=np.where(frozen, 0.0, 1.0), lower=np.where(pinned, 1.0, 0.0), c_z=1.0)
 
+
+def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -> Allocation:
+    t_start = time.perf_counter()
     n = inst.n
     frozen = np.zeros(n, dtype=bool)
     level = np.zeros(n)
     X_best, objective, first_bottleneck = None, float("nan"), []
-    rounds, solve_seconds, status = 0, 0.0, "optimal"
+    rounds, build_seconds, solver_seconds, status = 0, 0.0, 0.0, "optimal"
     deadline = time.perf_counter() + time_limit
+    backend = block_backend(solver, has_pairs=False)
     while not frozen.all():
         if max_rounds is not None and rounds >= max_rounds:
             status = f"stopped after max_rounds={max_rounds} ({int((~frozen).sum())} jobs not frozen)"
             break
-        U, F = np.flatnonzero(~frozen), np.flatnonzero(frozen)
+        U = np.flatnonzero(~frozen)
         w = np.asarray(weights(frozen), dtype=float)
-        X, constraints, _ = allocation_variable(inst)
-        t = cp.Variable(name="t")
-        lift = cp.sum(cp.multiply(A0[U] / w[U, None], X[U]), axis=1) >= t
-        constraints += [lift]
-        if len(F):  # rows divided by their level: well scaled, ≥ 1
-            constraints += [cp.sum(cp.multiply(A0[F] / level[F, None], X[F]), axis=1) >= 1]
-        sol = run(cp.Problem(cp.Maximize(t), constraints), solver=solver, time_limit=max(deadline - time.perf_counter(), 1e-3))
-        solve_seconds += sol.solve_seconds
+        t0 = time.perf_counter()
+        lp = round_lp(inst, A0, w, frozen, level)
+        build_seconds += time.perf_counter() - t0
+        sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3))
+        solver_seconds += sol.seconds
         rounds += 1
-        if not sol.ok or X.value is None or lift.dual_value is None:
-            status = f"fallback: round {rounds}: {sol.message}" + ("" if X_best is not None else " (equal share scaled to fit)")
+        if not sol.ok:
+            status = f"fallback: round {rounds}: {sol.message or sol.status}" + ("" if X_best is not None else " (equal share scaled to fit)")
+            logging.getLogger("optsched.policy").warning("%s: %s", policy, status)
             break
-        X_best, t_r = np.asarray(X.value), float(t.value)
-        lam = np.maximum(np.asarray(lift.dual_value, dtype=float).reshape(-1), 0.0)
+        X_best, t_r = sol.X, sol.z
+        lam = np.maximum(sol.share_dual[U], 0.0)
         # Multipliers scaled to mean 1 (they sum to 1 at the optimum, so the
         # largest is ≥ 1 and every round freezes someone).
         stuck = lam * len(U) / max(lam.sum(), 1e-300) > STUCK_DUAL
@@ -97,6 +110,6 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -
         level[U[stuck]] = t_r * w[U[stuck]]
         frozen[U[stuck]] = True
     X = X_best if X_best is not None else fallback_allocation(inst)
-    return Allocation.of(inst, policy, X, status, objective, solve_seconds,
-                         explanation={"lp_rounds": rounds, "bottleneck_jobs": first_bottleneck})
-
+    return Allocation.of(inst, policy, X, status, objective, time.perf_counter() - t_start,
+                         explanation={"lp_rounds": rounds, "bottleneck_jobs": first_bottleneck},
+                         build_seconds=build_seconds, solver_seconds=solver_seconds)

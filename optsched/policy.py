@@ -2,19 +2,23 @@
 result into an Allocation with an explanation (DESIGN.md §2, §3).
 
 A policy is registered as (formulation module, options). The module exposes
-either ``build(inst, **options) -> Program`` (one convex program, solved here)
-or ``allocate(inst, solver=, time_limit=, **options) -> Allocation`` (a custom
+either ``build(inst, **options) -> Formulation`` (a block LP and how to read
+it, formulations/base.py: one path build → solve → decode, here) or
+``allocate(inst, solver=, time_limit=, **options) -> Allocation`` (a custom
 procedure: water filling, priority orders, MILPs with their own fallback).
+Nothing on this path imports cvxpy.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import time
 
 import numpy as np
 
 from optsched.model import Allocation, Instance, OptschedError, Snapshot, parse_snapshot
+from optsched.solvers import SOLVER_ALIASES, SOLVERS, block_backend, solver_name
 
 POLICIES: dict[str, tuple[str, dict]] = {
     # Fractional policies over the throughput matrix (formulations/*.py).
@@ -84,7 +88,7 @@ def _module(name: str):
 def solve(
     snapshot: Snapshot | dict | str,
     policy: str = DEFAULT_POLICY,
-    solver: str = "clarabel",
+    solver: str = "auto",
     time_limit: float = 60.0,
     **options,
 ) -> Allocation:
@@ -93,29 +97,29 @@ def solve(
     return solve_instance(Instance.from_snapshot(snap), policy, solver, time_limit, **options)
 
 
-def solve_instance(
-    inst: Instance, policy: str = DEFAULT_POLICY, solver: str = "clarabel", time_limit: float = 60.0, **options
-) -> Allocation:
-    from optsched.solvers import SOLVERS
+# Old solver names (the simulator's and scripts'): kept as aliases of the user names.
+DIRECT_SOLVERS = SOLVER_ALIASES
 
-    fast = bool(options.pop("fast", False))
-    if solver not in SOLVERS and solver not in DIRECT_SOLVERS:
-        raise OptschedError(
-            f"solver: unknown solver {solver!r} (choose from {', '.join((*SOLVERS, *DIRECT_SOLVERS))})"
-        )
+log = logging.getLogger("optsched.policy")
+
+
+def solve_instance(
+    inst: Instance, policy: str = DEFAULT_POLICY, solver: str = "auto", time_limit: float = 60.0, **options
+) -> Allocation:
+    """``solver``: auto | ipm | clarabel | highs | highs-simplex (optsched.solvers);
+    ``fast`` is accepted and ignored (every policy takes the fast path now)."""
+    options.pop("fast", None)
+    try:
+        solver = solver_name(solver)
+    except ValueError:
+        raise OptschedError(f"solver: unknown solver {solver!r} (choose from {', '.join(SOLVERS)})") from None
     mod, opts = _module(policy)
     opts.update(options)
-    direct = (fast or solver in DIRECT_SOLVERS) and not opts.get("packing")
-    if direct and inst.n and hasattr(mod, "build_lp") and not hasattr(mod, "allocate"):
-        backend = DIRECT_SOLVERS.get(solver, "highs-ipm")
-        return solve_matrix_program(inst, policy, mod.build_lp, backend, time_limit, **opts)
-    if solver in DIRECT_SOLVERS:
-        solver = "clarabel"  # the policy has no matrix form: the cvxpy path
-    if inst.n == 0:
-        return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
     if hasattr(mod, "allocate"):
+        if inst.n == 0:
+            return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
         return finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
-    return solve_program(inst, policy, mod.build, solver, time_limit, **opts)
+    return solve_formulation(inst, policy, mod.build, solver, time_limit, **opts)
 
 
 def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
@@ -127,79 +131,79 @@ def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
 
     if alloc.gpu_counts is not None or len(alloc.pairs) or alloc.fractions.shape != (inst.n, inst.k):
         return alloc
+    t0 = time.perf_counter()
     X = clean_fractions(alloc.fractions.copy(), inst)
     explanation = {**explain(inst, X, None, None, None), **alloc.explanation}
     thr = (inst.throughput * X).sum(axis=1)
-    return dataclasses.replace(alloc, fractions=X, effective_throughput=thr, explanation=explanation)
+    decode = time.perf_counter() - t0
+    return dataclasses.replace(alloc, fractions=X, effective_throughput=thr, explanation=explanation,
+                               decode_seconds=alloc.decode_seconds + decode, solve_seconds=alloc.solve_seconds + decode)
 
 
-def solve_program(inst: Instance, policy: str, build, solver: str, time_limit: float, **opts) -> Allocation:
-    """Build, solve, decode; on solver failure fall back to the equal share scaled to fit."""
-    from optsched.solvers import solve as run
-
+def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limit: float, **opts) -> Allocation:
+    """Build → solve → decode; on solver failure (or a time limit) fall back to
+    the equal share scaled to fit, with a logged warning."""
     t0 = time.perf_counter()
-    program = build(inst, **opts)
+    form = build(inst, **opts)
     build_seconds = time.perf_counter() - t0
-    if program.pairs is not None and solver == "clarabel" and program.problem.is_lp():
-        # Pair variables couple jobs along a random graph; CLARABEL's LDL fills in
-        # (max-min, 1,000 jobs, 1,900 pairs: 5.5 s vs 0.2 s with HiGHS IPM, same optimum).
-        solver = "highs"
-        program.info.setdefault("solver", "highs (packing LP)")
-    sol = run(program.problem, solver=solver, time_limit=time_limit)
+    if inst.n == 0:
+        return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), build_seconds,
+                             build_seconds=build_seconds)
+    backend = block_backend(solver, form.lp.pairs is not None)
+    sol = form.solve(backend, time_limit)
+    solver_seconds = sol.seconds
     relaxed_note = ""
-    if sol.status == "infeasible" and program.relaxed is not None:
+    if sol.status == "infeasible" and form.relaxed is not None:
         # Documented fallback of the formulation (e.g. SLOs that cannot all be met).
-        program, relaxed_note = program.relaxed(), program.relaxed_note
-        sol = run(program.problem, solver=solver, time_limit=time_limit)
+        t1 = time.perf_counter()
+        form, relaxed_note = form.relaxed(), form.relaxed_note
+        build_seconds += time.perf_counter() - t1
+        sol = form.solve(backend, max(time_limit - solver_seconds, 1e-3))
+        solver_seconds += sol.seconds
+    t2 = time.perf_counter()
+    pk = form.packing
     Y = None
-    if sol.ok and program.fractions.value is not None:
-        X, Y = _decode_fractions(program, inst)
+    if sol.ok and sol.X is not None:
+        if pk is None:
+            X = clean_fractions(sol.X, inst)
+        else:
+            X, Y = clean_packed_fractions(sol.X, sol.Y, inst, pk)
         status = sol.status + (f" ({relaxed_note})" if relaxed_note else "")
-        objective = program.objective(sol.value)
-        prices = program.capacity.dual_value if program.capacity is not None else None
+        objective, prices = form.objective(sol), sol.price
     else:
-        X, status, objective, prices = _fallback(inst, sol.message)
-    thr = program.effective_throughput(X) if program.effective_throughput else (inst.throughput * X).sum(axis=1)
-    share = program.share(X) if program.pairs is None else program.share(X, Y)
-    explanation = explain(inst, X, share, prices, objective if sol.ok else None)
-    explanation.update(program.info)
-    packed = {}
-    if program.pairs is not None and Y is not None:
-        thr, packed = _packed_result(inst, program.pairs, X, Y, thr, explanation)
-    return Allocation.of(inst, policy, X, status, objective, sol.solve_seconds, thr, explanation,
-                         build_seconds=build_seconds, solver_seconds=sol.solver_seconds, **packed)
+        X, status, objective, prices = _fallback(inst, policy, sol.backend, sol.message or sol.status)
+    explanation = explain(inst, X, form.share(X, Y), prices, objective if sol.ok else None)
+    explanation.update(form.info)
+    thr, packed = (inst.throughput * X).sum(axis=1), {}
+    if pk is not None and Y is not None:
+        thr, packed = _packed_result(inst, pk, X, Y, explanation)
+    t3 = time.perf_counter()
+    return Allocation.of(inst, policy, X, status, objective, t3 - t0, thr, explanation,
+                         build_seconds=build_seconds, solver_seconds=solver_seconds, decode_seconds=t3 - t2, **packed)
 
 
-def _fallback(inst: Instance, reason: str) -> tuple[np.ndarray, str, float, None]:
+def _fallback(inst: Instance, policy: str, backend: str, reason: str) -> tuple[np.ndarray, str, float, None]:
     """(X, status, objective, prices) when the solver failed: the equal share of
     every usable type, each type's column scaled to fit (always feasible)."""
     from optsched.formulations.base import fallback_allocation
 
+    log.warning("%s: solver %s failed (%s); using the equal share scaled to fit", policy, backend, reason)
     return fallback_allocation(inst), f"fallback: {reason} (equal share scaled to fit)", float("nan"), None
 
 
-def _decode_fractions(program, inst: Instance) -> tuple[np.ndarray, np.ndarray | None]:
-    """Cleaned X (and pair fractions Y when the program packs jobs)."""
-    X = np.asarray(program.fractions.value)
-    pv = program.pairs
-    if pv is None:
-        return clean_fractions(X, inst), None
-    return clean_packed_fractions(X, np.asarray(pv.Y.value), inst, pv)
-
-
-def clean_packed_fractions(X: np.ndarray, Y: np.ndarray, inst: Instance, pv) -> tuple[np.ndarray, np.ndarray]:
+def clean_packed_fractions(X: np.ndarray, Y: np.ndarray, inst: Instance, pk) -> tuple[np.ndarray, np.ndarray]:
     """clean_fractions for programs with pairs: a job's row counts its pairs too,
     and a type's capacity counts the pairs' GPUs."""
     X = np.clip(np.nan_to_num(X), 0.0, 1.0)
     Y = np.clip(np.nan_to_num(Y), 0.0, 1.0)
     X[~inst.available] = 0.0
-    Y[~pv.admitted] = 0.0
+    Y[~pk.admitted] = 0.0
     X[X < 1e-9] = 0.0
     Y[Y < 1e-9] = 0.0
-    rows = np.maximum(X.sum(axis=1) + (pv.first + pv.second) @ Y.sum(axis=1), 1.0)
+    rows = np.maximum(X.sum(axis=1) + pk.time(Y), 1.0)
     X = X / rows[:, None]
-    Y = Y / np.maximum(rows[pv.pairs[:, 0]], rows[pv.pairs[:, 1]])[:, None]
-    used = inst.scale_factor @ X + pv.scale_factor @ Y
+    Y = Y / np.maximum(rows[pk.pairs[:, 0]], rows[pk.pairs[:, 1]])[:, None]
+    used = inst.scale_factor @ X + pk.gpus(Y)
     over = used > inst.capacity
     if over.any():
         X[:, over] *= inst.capacity[over] / used[over]
@@ -207,41 +211,18 @@ def clean_packed_fractions(X: np.ndarray, Y: np.ndarray, inst: Instance, pv) -> 
     return X, Y
 
 
-def _packed_result(inst: Instance, pv, X: np.ndarray, Y: np.ndarray, thr: np.ndarray, explanation: dict):
+def _packed_result(inst: Instance, pk, X: np.ndarray, Y: np.ndarray, explanation: dict):
     """Effective throughput, explanation and Allocation fields with the pairs counted."""
-    thr = (inst.throughput * X).sum(axis=1) + pv.throughput_value(inst.throughput, Y)
-    used = inst.scale_factor @ X + pv.scale_factor @ Y
+    thr = (inst.throughput * X).sum(axis=1) + pk.throughput(inst.throughput, Y)
+    used = inst.scale_factor @ X + pk.gpus(Y)
     explanation["capacity_used"] = {t: float(u) for t, u in zip(inst.gpu_types, used)}
     thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1) * inst.weight / inst.scale_factor  # as explain()
     rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
     explanation["share_vs_equal"] = {jid: float(r) for jid, r in zip(inst.job_ids, rel)}
     keep = Y.sum(axis=1) > 0
-    explanation["pairs_admitted"] = int(len(pv.pairs))
+    explanation["pairs_admitted"] = int(len(pk.pairs))
     explanation["pairs_packed"] = int(keep.sum())
-    return thr, {"pairs": pv.pairs[keep], "pair_fractions": Y[keep]}
-
-
-# Direct (cvxpy-free) LP backends for formulations that provide build_lp(inst, **options)
-# -> solvers.lp.MatrixProgram: the simulator's fast path (thousands of recomputations).
-DIRECT_SOLVERS = {"highs-direct": "highs-ipm", "highs-simplex-direct": "highs-simplex", "clarabel-direct": "clarabel"}
-
-
-def solve_matrix_program(inst: Instance, policy: str, build_lp, backend: str, time_limit: float, **opts) -> Allocation:
-    """Like solve_program, for a matrix-form LP solved directly by ``backend``."""
-    t0 = time.perf_counter()
-    program = build_lp(inst, **opts)
-    build_seconds = time.perf_counter() - t0
-    sol = program.solve(backend=backend, time_limit=time_limit)
-    n, k = program.fractions_shape
-    if sol.ok:
-        X = clean_fractions(sol.x[: n * k].reshape(n, k), inst)
-        status, objective = sol.status, program.objective(sol.value)
-        prices = sol.dual_ub[program.capacity_rows[0] : program.capacity_rows[1]]
-    else:
-        X, status, objective, prices = _fallback(inst, sol.message)
-    explanation = explain(inst, X, program.share(X), prices, objective if sol.ok else None)
-    return Allocation.of(inst, policy, X, status, objective, sol.solve_seconds, explanation=explanation,
-                         build_seconds=build_seconds)
+    return thr, {"pairs": pk.pairs[keep], "pair_fractions": Y[keep]}
 
 
 def clean_fractions(X: np.ndarray, inst: Instance) -> np.ndarray:

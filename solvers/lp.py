@@ -3,11 +3,10 @@
     minimize    cᵀx
     subject to  A_ub x <= b_ub,   A_eq x = b_eq,   lb <= x <= ub
 
-Why: a simulator recomputes an allocation thousands of times (Gavel's
-continuous experiment: ~4,700 recomputations). cvxpy's canonicalization costs
-~5-7 ms per build at 100 jobs, which dominates a 1 ms solve. Here a formulation
-hands over (c, A_ub, b_ub, A_eq, b_eq, bounds) as scipy.sparse matrices and one
-backend call solves it.
+The general backends of solvers/block_lp.py: a block LP is exported as these
+arrays (block_lp.to_matrix) and one backend call solves it. (cvxpy's
+canonicalization cost ~5-7 ms per build at 100 jobs and ``import cvxpy``
+1.5-5 s per process; neither is on any solve path now.)
 
 Backends:
 - ``highs-ipm`` (default): HiGHS interior point *without crossover*. It returns
@@ -23,7 +22,7 @@ Duals are returned for the inequality rows (>= 0, the price of relaxing a
 ``<=`` row by one unit in a *minimization*) and the equality rows.
 
 Constraint blocks are scipy.sparse matrices (or dense arrays), or ``CscArrays``:
-bare CSC arrays a formulation on the simulator's hot path builds directly. They
+bare CSC arrays. They
 are stacked with numpy, not scipy.sparse.vstack: on the simulator's ≤ 30-row
 LPs scipy's constructors and format checks cost more than the solve. The
 stacked matrix is exactly the one scipy would build (same entries, same order,
@@ -228,29 +227,3 @@ def _stack(blocks: list[CscArrays]) -> CscArrays:
     indptr = np.zeros(n_cols + 1, np.int32)
     np.cumsum(per_column.sum(axis=0), out=indptr[1:])
     return CscArrays(indptr, indices.astype(np.int32), data, sum(n_rows))
-
-
-@dataclass(frozen=True)
-class MatrixProgram:
-    """An LP in matrix form whose first n·k variables are a time-fraction matrix
-    X (row-major), as formulations build it for the direct path.
-
-    ``capacity_rows`` = (start, stop): the A_ub rows that are the per-type
-    capacity constraints (their duals are GPU prices). ``share`` maps X to the
-    per-job fairness metric; ``objective`` maps the LP value (a minimization) to
-    the reported objective."""
-
-    c: np.ndarray
-    A_ub: "sp.spmatrix | CscArrays"
-    b_ub: np.ndarray
-    lb: np.ndarray
-    ub: np.ndarray
-    fractions_shape: tuple[int, int]
-    capacity_rows: tuple[int, int]
-    share: object  # Callable[[np.ndarray], np.ndarray]
-    objective: object = lambda v: v  # Callable[[float], float]
-    A_eq: "sp.spmatrix | CscArrays | None" = None
-    b_eq: np.ndarray | None = None
-
-    def solve(self, backend: str = "highs-ipm", time_limit: float = 60.0) -> LPSolution:
-        return solve_lp(self.c, self.A_ub, self.b_ub, self.A_eq, self.b_eq, self.lb, self.ub, backend, time_limit)

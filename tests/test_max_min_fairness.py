@@ -164,17 +164,20 @@ def test_aware_has_more_total_throughput_than_agnostic_on_gavel_like_clusters():
     assert aware.mean() > 1.05 * agn.mean()
 
 
-def test_solver_failure_falls_back_to_equal_share_scaled_to_fit(monkeypatch):
-    import optsched.solvers as solvers
+def test_solver_failure_falls_back_to_equal_share_scaled_to_fit(monkeypatch, caplog):
+    from optsched.solvers import block_lp
 
     inst = random_instance(np.random.default_rng(7), n=30, k=3)
 
-    def failing(problem, solver="clarabel", time_limit=60.0, **kw):
-        return solvers.Solution(False, "time_limit", float("nan"), solver, 0.1, 0.1, "time limit of 0.1s reached")
+    def failing(lp, backend="ipm", time_limit=60.0):
+        return block_lp.BlockSolution(False, "time_limit", None, float("nan"), None, float("nan"), None, None, 0.1,
+                                      backend, message="time limit of 0.1s reached")
 
-    monkeypatch.setattr(solvers, "solve", failing)
-    alloc = solve_instance(inst, "max_min_fairness")
+    monkeypatch.setattr(block_lp, "solve", failing)
+    with caplog.at_level("WARNING", logger="optsched.policy"):
+        alloc = solve_instance(inst, "max_min_fairness")
     assert alloc.status.startswith("fallback") and "time limit" in alloc.status
+    assert any("time limit" in r.getMessage() for r in caplog.records if r.name == "optsched.policy")
     assert_feasible(inst, alloc.fractions)
     assert np.all(alloc.fractions.sum(axis=1) > 0), "fallback must give every job a share"
 

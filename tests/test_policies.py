@@ -258,7 +258,17 @@ def test_finish_time_fairness_favours_the_job_that_already_waited():
     x0, x1 = alloc.fractions[:, 0]
     rho0, rho1 = (100 + 100 / x0) / 300, (100 / x1) / 200
     assert rho0 == pytest.approx(rho1, rel=1e-5) and alloc.objective == pytest.approx(rho0, rel=1e-5)
-    assert x0 > x1
+    # The exact optimum is x0 = x1 = 1/2 (ρ = 1 for both): isolated_time
+    # defaults to the elapsed time, so the wait cancels out of ρ0. (This once
+    # read ``x0 > x1``, true only by solver noise.) The waited job wins
+    # strictly when its isolated time is shorter than its wait:
+    assert x0 >= x1 - 1e-6
+    waited = dataclasses.replace(inst, isolated_time=np.array([50.0, np.nan]))
+    alloc = solve_instance(waited, "finish_time_fairness")
+    x0, x1 = alloc.fractions[:, 0]
+    rho0, rho1 = (100 + 100 / x0) / 250, (100 / x1) / 200  # D0 = 50 + 100 / (1/2)
+    assert rho0 == pytest.approx(rho1, rel=1e-5) and alloc.objective == pytest.approx(rho0, rel=1e-5)
+    assert x0 > x1 + 0.01
 
 
 def test_max_throughput_and_proportional_fairness_known_values():
