@@ -35,6 +35,8 @@ def run_command(
     step_scale: float = typer.Option(1.0, "--step-scale", help="Multiply every job's steps."),
     max_time: Optional[float] = typer.Option(None, "--max-time", help="Stop every job after this many seconds."),
     seed: int = typer.Option(0, "--seed"),
+    throughputs: str = typer.Option("measured", "--throughputs", help="What the policy sees: measured steps/s per "
+                                    "slot type (the trace's estimate until a job ran), or trace (estimates only)."),
     run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Job directories (lease, progress, checkpoint, "
                                           "output.log); default a new temporary directory."),
     out: Optional[str] = typer.Option(None, "--out", help="Write jobs/rounds/launches CSV, summary.json and "
@@ -51,7 +53,7 @@ def run_command(
     if not Path(trace).exists():
         raise FileNotFoundError(2, "No such file", trace)
     cfg = RunConfig(policy=policy, round_length=round_length, grace=grace, placement=placement, seed=seed,
-                    max_time=max_time)
+                    max_time=max_time, throughputs=throughputs)
 
     def on_round(r: dict) -> None:
         if not quiet:

@@ -75,8 +75,13 @@ class RunConfig:
     lease_slack: float | None = None  # lease lifetime beyond the round (default max(2 rounds, 10 s))
     allocator_options: dict = field(default_factory=dict)
     policy_options: dict = field(default_factory=dict)
+    # What the policy sees as a job's steps/s: "measured" (per slot type, as soon as the job has run; the
+    # trace's estimate until then) or "trace" (the trace's estimate only, as the simulator: for comparisons).
+    throughputs: str = "measured"
 
     def validate(self) -> None:
+        if self.throughputs not in ("measured", "trace"):
+            raise OptschedError(f"--throughputs: {self.throughputs!r} is not measured or trace")
         if not self.round_length > 0:
             raise OptschedError(f"--round-length: must be positive, got {self.round_length:g}")
         if not self.grace >= 0:
@@ -343,6 +348,8 @@ class Runtime:
         return arrived
 
     def _throughput(self, s: _JobState) -> dict[str, float]:
+        if self.cfg.throughputs == "trace":
+            return {t: float(s.job.throughput or 1.0) for t in self.types}
         acc = {t: list(v) for t, v in s.steps_by_type.items()}
         inc = s.current
         p = inc.progress if inc is not None else None
@@ -387,6 +394,8 @@ class Runtime:
         if prog.get("incarnation") == str(inc.n):
             inc.progress = prog
         p = inc.progress or {}
+        if rc in (0, EXIT_PREEMPTED) and not killed and p:
+            s.steps_done = int(p.get("steps_done", s.steps_done))  # what its checkpoint holds
         self._credit(s, inc)
         if killed:
             inc.outcome = "killed"
