@@ -37,8 +37,8 @@ import numpy as np
 from optsched.allocator.assign import PlacementOptions, seat
 from optsched.allocator.diff import Placement, round_diff
 from optsched.allocator.inputs import AllocationView, InputReader, JobsView
-from optsched.allocator.ledger import (RESET_TOLERANCE, Books, Period, RoundBooks, commit, gather, is_reset, period,
-                                       rows_of)
+from optsched.allocator.ledger import RESET_TOLERANCE, Books, Period, RoundBooks, commit, gather, is_reset, period, rows_of
+from optsched.allocator.ledger import digest as ledger_digest
 from optsched.allocator.state import PRIOR_ROUNDS, STATE_FIELDS, AllocatorState, Columns, members, pair_key
 from optsched.allocator.walk import NEVER_RUN, QUEUES, PairEntry, Standing, Units, WalkOptions, units_from_counts, walk
 from optsched.model import Allocation, Cluster, Instance, OptschedError, Snapshot
@@ -195,6 +195,10 @@ class Allocator:
             raise OptschedError(f"allocation: job {av.absent[0]!r} is not among the active jobs "
                                 f"(the allocation was computed for other jobs)")
         gone = self._gone(ids, at)
+        if gone:  # validated: forget them before deciding, as a restore from the next snapshot would
+            log.warning("jobs %s left without remove(); removed", ", ".join(map(repr, sorted(gone))))
+            self._forget(gone)
+            at = rows_of(st.jobs, ids, self._cache)
         per = period(st, reset)
         books = gather(st, per, at, ids, self.seed)
         units = self._units(view, av, books, per)
@@ -206,9 +210,6 @@ class Allocator:
         self._cache["last"] = (allocation, view, st.jobs.version)
         self._credits = {}
         self._round += 1
-        if gone:
-            log.warning("jobs %s left without remove(); removed", ", ".join(map(repr, sorted(gone))))
-            self._forget(gone)
         return diff.placement
 
     def _is_reset(self, allocation: Allocation, view: JobsView, at, av: AllocationView) -> bool:
@@ -229,12 +230,12 @@ class Allocator:
 
     def _units(self, view: JobsView, av: AllocationView, books: Books, per: Period) -> Units:
         if av.counts is not None:
-            return units_from_counts(av.counts, self.cols.capacity, self.gpu_types)
+            return units_from_counts(av.counts)
         ids, gpus = view.ids, self._state.lease.gpus
         standing = Standing(av.x, books.received, books.present, books.deficit, books.tiebreak, books.ever, av.covered,
                             view.usable, view.widths, lambda m: gpus.get(ids[m], ()))
         pairs = [PairEntry(a, b, xp, per.pairs.get(pair_key(ids[a], ids[b]))) for a, b, xp in av.pairs]
-        digest = self._state.digest() if self.walk_options.shuffle else 0
+        digest = ledger_digest(books, per.pairs, ids) if self.walk_options.shuffle else 0
         return walk(standing, pairs, self.walk_options, self.cols.capacity, digest)
 
 

@@ -171,6 +171,11 @@ def _allocation_view(allocation: Allocation, view: JobsView, checked, cols: Colu
             raise OptschedError(counts_error)
         counts = np.zeros((n, k), dtype=np.int64)
         counts[np.ix_(where[ok], acols)] = np.asarray(allocation.gpu_counts)[ok].astype(np.int64)
+        over = counts.sum(axis=0) > cols.capacity
+        if over.any():
+            c = int(np.flatnonzero(over)[0])
+            raise OptschedError(f"allocation.gpu_counts: {int(counts[:, c].sum())} {cols.gpu_types[c]} GPUs requested, "
+                                f"{int(cols.capacity[c])} exist")
     notes = []
     outside = X[~view.usable]
     if outside.size and (outside > 0).any():

@@ -11,6 +11,8 @@ keep their GPUs and deficits.
 
 from __future__ import annotations
 
+import math
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +64,8 @@ def is_reset(state: AllocatorState, ids: tuple[str, ...], at: Rows, x: np.ndarra
     if x.size and np.abs(x - x_old).max() > RESET_TOLERANCE:
         return True
     new = {pair_key(ids[a], ids[b]): xp for a, b, xp in pairs}
-    cur = {key: p.x for key, p in state.pairs.items() if p.x.any()}
+    here = set(ids) if state.pairs else ()
+    cur = {key: p.x for key, p in state.pairs.items() if p.x.any() and key[0] in here and key[1] in here}
     if set(cur) != set(new):
         return True
     return any(np.abs(cur[key] - new[key]).max() > RESET_TOLERANCE for key in cur)
@@ -107,6 +110,18 @@ def gather(state: AllocatorState, per: Period, at: Rows, ids: tuple[str, ...], s
     for m in np.flatnonzero(~known):
         b.tiebreak[m] = tiebreak(seed, ids[m])
     return b
+
+
+def digest(books: Books, pairs: dict[tuple[str, str], PairMemory], ids: tuple[str, ...]) -> int:
+    """A number that changes every round and depends only on the books of the
+    round's jobs (order-independent, exact): seeds the per-round type
+    shuffle, so a restored allocator shuffles as the live one does."""
+    here = set(ids)
+    mine = [p for key, p in pairs.items() if key[0] in here and key[1] in here]
+    present = [*books.present.tolist(), *(p.present for p in mine)]
+    deficit = [*books.deficit.ravel().tolist(), *(d for p in mine for d in p.deficit.tolist())]
+    parts = (len(present), math.fsum(present) + 0.0, math.fsum(deficit) + 0.0)  # + 0.0: -0.0 and 0.0 alike
+    return zlib.crc32(repr(parts).encode())
 
 
 @dataclass(frozen=True)

@@ -217,16 +217,6 @@ class AllocatorState:
         if len(t.ids) > 64 and len(t.row) < len(t.ids) // 2:
             t.compact()
 
-    def digest(self) -> int:
-        """A number that changes every round and is a function of the state
-        alone (order-independent, exact): seeds the per-round type shuffle, so
-        a restored allocator shuffles as the live one does."""
-        t, live = self.jobs, self.jobs.live()
-        present = [*t.present[live].tolist(), *(p.present for p in self.pairs.values())]
-        deficit = [*t.deficit[live].ravel().tolist(), *(d for p in self.pairs.values() for d in p.deficit.tolist())]
-        parts = (len(present), math.fsum(present) + 0.0, math.fsum(deficit) + 0.0)  # + 0.0: -0.0 and 0.0 alike
-        return zlib.crc32(repr(parts).encode())
-
     # ------------------------------------------------------------------
     # JSON form (the Snapshot's fields)
     # ------------------------------------------------------------------

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from optsched.allocator.state import PRIOR_ROUNDS, PairMemory
-from optsched.model import OptschedError
 
 NEVER_RUN = 1e9  # Gavel's X·1e9 for a zero fraction (not inf, so 2x stays larger)
 QUEUES = ("phased", "per_type", "global", "gavel")
@@ -224,16 +223,10 @@ def _fill_idle(st: Standing, sched: list[bool], left: list[int], units: Units, t
             units[c].append(((m,), sfl[m]))
 
 
-def units_from_counts(counts: np.ndarray, capacity: np.ndarray, gpu_types: tuple[str, ...]) -> Units:
+def units_from_counts(counts: np.ndarray) -> Units:
     """Configuration policies: every job runs on exactly its GPU counts (the
-    policy made them fit; checked here)."""
-    over = counts.sum(axis=0) > capacity
-    if over.any():
-        c = int(np.flatnonzero(over)[0])
-        raise OptschedError(
-            f"allocation.gpu_counts: {int(counts[:, c].sum())} {gpu_types[c]} GPUs requested, {int(capacity[c])} exist"
-        )
-    units: Units = [[] for _ in range(len(capacity))]
+    policy made them fit; checked when the allocation was read)."""
+    units: Units = [[] for _ in range(counts.shape[1])]
     for m, c in zip(*np.nonzero(counts)):
         units[c].append(((int(m),), int(counts[m, c])))
     return units
