@@ -148,6 +148,8 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # a body that is not JSON
+            return _error(422, "body: cannot be parsed (send JSON with Content-Type: application/json)", "body")
         return _error(exc.status_code, str(exc.detail), None, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)

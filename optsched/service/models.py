@@ -10,7 +10,7 @@ Limits that bound the work one request can cause live here as constants
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,18 @@ SESSION_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 SOLVER_NAMES = ("auto", "ipm", "clarabel", "highs", "highs-simplex", "scs")
 PLACEMENTS = ("consolidated", "first_fit", "cpsat")
 QUEUES = ("phased", "per_type", "global", "gavel")
+
+
+def _policy_enum(schema: dict) -> None:
+    """List the registered policies in the JSON Schema (validation stays in the
+    handler, so a policy registered later is still accepted)."""
+    from optsched.policy import policy_names
+
+    schema["enum"] = policy_names()
+
+
+def PolicyField(description: str = "Policy name (GET /v1/policies).") -> Any:  # noqa: N802
+    return Field(default="max_min_fairness", max_length=64, description=description, json_schema_extra=_policy_enum)
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,7 @@ class ErrorBody(BaseModel):
 
 class SolveRequest(_Body):
     snapshot: Snapshot = Field(description="The cluster snapshot (version 1; `optsched schema`).")
-    policy: str = Field(default="max_min_fairness", max_length=64, description="Policy name (GET /v1/policies).")
+    policy: str = PolicyField()
     solver: Literal[SOLVER_NAMES] = Field(default="auto", description="Solver backend.")  # type: ignore[valid-type]
     time_limit: float = Field(default=60.0, gt=0, description="Solver time limit, seconds (capped by the server).")
     packing: bool = Field(default=False, description="Allow space sharing (policies that support it).")
@@ -98,9 +110,10 @@ class SessionConfig(_Body):
     session_id: str | None = Field(default=None, pattern=SESSION_ID_PATTERN,
                                    description="Optional id chosen by the caller (else a random one).")
     cluster: Cluster = Field(description="GPU types with counts, optional servers and prices.")
-    policy: str = Field(default="max_min_fairness", max_length=64, description="Policy name (GET /v1/policies).")
+    policy: str = PolicyField()
     solver: Literal[SOLVER_NAMES] = "auto"  # type: ignore[valid-type]
-    time_limit: float = Field(default=30.0, gt=0, description="Solver time limit per recomputation, seconds.")
+    time_limit: float = Field(default=30.0, gt=0, description="Solver time limit per recomputation, seconds "
+                              "(capped by the server's --max-time-limit).")
     packing: bool = Field(default=False, description="Space sharing (jobs need `colocated` pair throughputs).")
     round_length: float = Field(default=360.0, gt=0, le=1e7, description="Seconds per round (Gavel: 360).")
     min_recompute_interval: float = Field(
@@ -115,7 +128,7 @@ class SessionConfig(_Body):
     placement_time_limit: float = Field(default=1.0, gt=0, le=600, description="CP-SAT placement limit, seconds.")
     allocator: AllocatorOptions = Field(default_factory=AllocatorOptions)
     start_time: float = Field(default=0.0, ge=0, le=1e12, description="Session clock at creation, seconds.")
-    max_jobs: int | None = Field(default=None, ge=1, description="Active jobs allowed (default and cap: the server's limit).")
+    max_jobs: int | None = Field(default=None, ge=1, description="Active jobs allowed (default and cap: the server's --max-jobs).")
 
 
 class JobSpec(_Body):

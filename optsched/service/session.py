@@ -621,10 +621,7 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
         raise OptschedError("cluster.gpus: the cluster has no GPUs")
     if cfg.policy not in POLICIES or cfg.policy not in policy_names():
         raise OptschedError(f"policy: unknown policy {cfg.policy!r} (choose from {', '.join(policy_names())})")
-    if cfg.time_limit > limits.max_time_limit:
-        raise OptschedError(f"time_limit: {cfg.time_limit:g} s exceeds the server's limit of {limits.max_time_limit:g} s")
-    if cfg.max_jobs is not None and cfg.max_jobs > limits.max_jobs:
-        raise OptschedError(f"max_jobs: {cfg.max_jobs} exceeds the server's limit of {limits.max_jobs}")
+    # time_limit and max_jobs above the server's limits are capped where they are used.
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")
