@@ -31,14 +31,14 @@ from optsched.runtime.workloads import WORKLOADS
 DEFAULT_WORKLOAD = "regression"
 _WORKLOAD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads")
 
-# The built-in example (also examples/workloads/small.csv): 6 jobs on 2 slots, ~40 s.
+# The built-in example (also examples/workloads/small.csv): 6 jobs, ~25 s on 2 slots; durations measured here.
 EXAMPLE_CSV = """job_id,num_gpu,submit_time,iterations,model_name,duration,interval
-j0,1,0,2000,regression:work=1,8,0
+j0,1,0,2000,regression:work=1,5.5,0
 j1,1,0,1200,regression:work=2,8,0
-j2,2,2,1000,regression:work=1,4,2
-j3,1,5,2500,regression:work=1,10,3
+j2,2,2,1000,regression:work=1,2.5,2
+j3,1,5,2500,regression:work=1,7,3
 j4,1,9,600,regression:work=3,6,4
-j5,1,12,1500,regression:work=1,6,3
+j5,1,12,1500,regression:work=1,4,3
 """
 
 
