@@ -210,3 +210,34 @@ def test_cli_run_sigterm_stops_every_job_process(tmp_path):
     for j in ("long0", "long1"):  # stopped at an iteration boundary with a checkpoint
         prog = json.loads(Path(run_dir, "jobs", j, "progress.json").read_text())
         assert prog["status"] == "preempted" and Path(run_dir, "jobs", j, "ckpt.npz").exists()
+
+
+def test_a_job_that_cannot_start_is_failed_and_the_others_go_on(tmp_path):
+    run_dir = str(tmp_path / "run")
+    jobs = [RunJob("missing", 0.0, 10, ("/nonexistent/optsched-no-such-binary",)), regression_job("ok", 200)]
+    res = run(jobs, "local", cluster="slot=1", round_length=1.0, run_dir=run_dir, max_time=30)
+    by = res.jobs.set_index("job_id")
+    assert by.loc["missing", "status"] == "failed" and "cannot start" in by.loc["missing", "error"]
+    assert_full_progress(res, run_dir, ["ok"])
+
+
+def test_jobs_stop_by_themselves_when_the_runtime_is_killed(tmp_path):
+    """SIGKILL leaves no chance to clean up: the jobs notice their parent is
+    gone at the next iteration boundary, checkpoint and exit."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                     "long0,1,0,1000000,regression,100,0\n")
+    run_dir = str(tmp_path / "run")
+    exe = Path(sys.executable).parent / "optsched"
+    p = subprocess.Popen([str(exe), "run", str(trace), "--cluster", "slot=1", "--round-length", "1",
+                          "--run-dir", run_dir, "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline and not processes_of_run(run_dir):
+        time.sleep(0.1)
+    assert processes_of_run(run_dir)
+    time.sleep(0.5)
+    p.kill()
+    p.wait(timeout=10)
+    assert wait_gone(run_dir, 10) == []
+    prog = json.loads(Path(run_dir, "jobs", "long0", "progress.json").read_text())
+    assert prog["status"] == "preempted" and prog["stop_reason"] == "orphaned"

@@ -484,11 +484,12 @@ class Runtime:
             if s.current is not None:
                 self._write_lease(j, revoked=False)  # renew
                 continue
-            self._launch(s, tuple(slots), now)
-            started.append(j)
+            if self._launch(s, tuple(slots), now):
+                started.append(j)
         return stop, started, migrated, preempted
 
-    def _launch(self, s: _JobState, slots: tuple[GpuSlot, ...], decided_at: float) -> None:
+    def _launch(self, s: _JobState, slots: tuple[GpuSlot, ...], decided_at: float) -> bool:
+        """Start an incarnation; a job that cannot start is reported failed (the others go on)."""
         j = s.job.job_id
         for slot in slots:
             name = slot_names([slot])
@@ -500,11 +501,19 @@ class Runtime:
         launch_at = self.now()
         n = len(s.runs)
         env = {**s.job.env, "OPTSCHED_INCARNATION": str(n)}
-        handle = self.executor.launch(Launch(j, s.job.command, slots, self._job_dir(j), env))
+        try:
+            handle = self.executor.launch(Launch(j, s.job.command, slots, self._job_dir(j), env))
+        except (OptschedError, OSError) as e:
+            for slot in slots:
+                self._holder.pop(slot_names([slot]), None)
+            s.status, s.error, s.finish = "failed", f"cannot start: {e}", launch_at
+            log.warning("job %s: cannot start: %s", j, e)
+            return False
         s.runs.append(_Incarnation(n, slots, handle, launch_at, s.steps_done, decided_at=decided_at))
         s.status = "running"
         if s.first_start is None:
             s.first_start = launch_at
+        return True
 
     def _account(self, assignments: dict, start: float, end: float) -> list[str]:
         """record() for jobs that ran less than the round; remove() for jobs that left."""

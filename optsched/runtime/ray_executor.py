@@ -175,7 +175,13 @@ class RayExecutor:
             return
         opts = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         if self.address:
-            ray.init(address=self.address, **opts)
+            try:
+                ray.init(address=self.address, **opts)
+            except (ConnectionError, RuntimeError) as e:
+                hint = ("; a cluster started with token authentication needs RAY_AUTH_MODE=token here"
+                        if os.environ.get("RAY_AUTH_MODE") != "token" else "")
+                raise OptschedError(f"--address {self.address}: cannot join the Ray cluster "
+                                    f"({str(e).splitlines()[0][:200]}){hint}") from None
         else:
             resources = {slot_resource(s.id, g): 1.0 for s in self.cluster.servers for g in range(s.gpus)}
             ray.init(num_cpus=os.cpu_count() or 1, num_gpus=sum(self.cluster.gpus.values()), resources=resources,
