@@ -5,7 +5,7 @@ clusters (DESIGN.md §2).
 Every fractional policy is a block LP (solvers/block_lp.py) solved without
 cvxpy; the user-facing solver names map to its backends (optsched/policy.py):
 
-- ``auto`` (default): ``ipm`` for block LPs, HiGHS IPM when pair columns
+- ``auto`` (default): CLARABEL for small block LPs, ``ipm`` for large ones, HiGHS IPM when pair columns
   (space sharing) couple the jobs (measured in bench/solve_scaling.py).
 - ``ipm``: the structured interior-point method of solvers/block_lp.py.
 - ``clarabel``: CLARABEL called directly (interior point).
@@ -55,8 +55,8 @@ def block_backend(solver: str, has_pairs: bool) -> str:
     CLARABEL's LDL fills in along the pair graph, so HiGHS IPM takes them.
     """
     name = solver_name(solver)
-    if name == "auto":
-        return "highs-ipm" if has_pairs else "ipm"
+    if name == "auto":  # by size, after merging identical jobs: solvers/block_lp.py AUTO_IPM_ENTRIES
+        return "highs-ipm" if has_pairs else "auto"
     return {"ipm": "ipm", "clarabel": "clarabel", "highs": "highs-ipm", "highs-simplex": "highs-simplex"}[name]
 
 @dataclass(frozen=True)

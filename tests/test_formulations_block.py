@@ -84,10 +84,12 @@ def test_ipm_and_clarabel_agree_on_random_block_lps(kind, seed, n, k):
     assert (a.price >= -1e-7).all()
 
 
-def test_ipm_is_the_auto_backend_without_pairs_and_highs_with_pairs():
+def test_auto_backend_is_chosen_by_size_without_pairs_and_highs_with_pairs():
     from optsched.solvers import block_backend
+    from optsched.solvers.block_lp import AUTO_IPM_ENTRIES
 
-    assert block_backend("auto", has_pairs=False) == "ipm"
+    assert block_backend("auto", has_pairs=False) == "auto"  # block_lp picks clarabel or ipm by size
+    assert AUTO_IPM_ENTRIES > 0
     assert block_backend("auto", has_pairs=True) == "highs-ipm"
     assert block_backend("highs-direct", has_pairs=False) == "highs-ipm"  # old names are aliases
     assert block_backend("clarabel-direct", has_pairs=False) == "clarabel"
