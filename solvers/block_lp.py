@@ -37,11 +37,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 BLOCK_BACKENDS = ("auto", "ipm", "clarabel", "highs-ipm", "highs-simplex")
-# ``auto``: below this many X entries (after merging identical jobs) CLARABEL's
-# compiled LDL beats the IPM's per-iteration numpy overhead; above it the IPM's
-# O(n k²) iterations win (measured on max-min instances, 2 cores: 100 jobs ×
-# 3 types CLARABEL 5 ms vs 11 ms; 1,024 × 3 about even; 2,048 × 3 0.10 vs 0.29 s).
+# ``auto`` by the number of X entries after merging identical jobs (measured on
+# max-min instances, 2 cores): between the two bounds CLARABEL's compiled LDL
+# beats the IPM's per-iteration numpy overhead (100 jobs × 3 types 5 ms vs
+# 11 ms; ~150 merged classes of 1,000 Gavel jobs 9 ms vs 23 ms); above the upper
+# bound the IPM's O(n k²) iterations win (2,048 × 3: 0.10 vs 0.29 s); below the
+# lower one both take a few ms and the IPM, pure numpy, spares a cold process
+# the 0.2–0.4 s import of scipy.sparse that CLARABEL's interface needs.
 AUTO_IPM_ENTRIES = 3000
+AUTO_SMALL_ENTRIES = 300
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,9 @@ def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0) -> Block
         if len(counts) < lp.n:
             return _expand(solve(_merged(lp, classes, counts), backend, time_limit), inverse, counts, t0)
     if backend == "auto":
-        backend = "highs-ipm" if lp.pairs is not None else ("ipm" if lp.n * lp.k > AUTO_IPM_ENTRIES else "clarabel")
+        size = lp.n * lp.k
+        backend = "highs-ipm" if lp.pairs is not None else (
+            "clarabel" if AUTO_SMALL_ENTRIES < size <= AUTO_IPM_ENTRIES else "ipm")
     if backend == "ipm" and lp.pairs is None:
         try:
             with np.errstate(all="ignore"):
