@@ -127,6 +127,7 @@ class _JobState:
     attained: float = 0.0  # slot-seconds
     runs: list = field(default_factory=list)  # _Incarnation
     steps_by_type: dict = field(default_factory=dict)  # type -> [steps, seconds]
+    removed: bool = False  # gone from the allocator
 
     @property
     def current(self) -> _Incarnation | None:
@@ -256,6 +257,7 @@ class Runtime:
                     raise _Stop()
                 arrived = self._admit(now)
                 dirty |= arrived
+                dirty |= bool(self._remove_departed())  # exited between rounds
                 active = [s for s in self.state.values() if s.status in ("queued", "running")]
                 if not active:
                     waiting = [s for s in self.state.values() if s.status == "waiting"]
@@ -517,7 +519,6 @@ class Runtime:
 
     def _account(self, assignments: dict, start: float, end: float) -> list[str]:
         """record() for jobs that ran less than the round; remove() for jobs that left."""
-        left = []
         for j, slots in assignments.items():
             s = self.state[j]
             runs = [r for r in s.runs if r.exit_at is not None and start - 1e-9 <= r.exit_at <= end + 1e-9]
@@ -527,13 +528,18 @@ class Runtime:
                     self.allocator.record(j, slots[0].gpu_type, ran)
                 except OptschedError:
                     pass
+        return self._remove_departed()
+
+    def _remove_departed(self) -> list[str]:
+        """Finished and failed jobs leave the allocator (their slots are free)."""
+        left = []
         for s in self.state.values():
-            if s.status in ("finished", "failed") and not getattr(s, "_removed", False):
+            if s.status in ("finished", "failed") and not s.removed:
                 try:
                     self.allocator.remove(s.job.job_id)
                 except OptschedError:
                     pass  # never placed: unknown to the allocator
-                s._removed = True
+                s.removed = True
                 left.append(s.job.job_id)
         return left
 

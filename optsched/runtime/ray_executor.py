@@ -184,7 +184,7 @@ class RayExecutor:
                                     f"({str(e).splitlines()[0][:200]}){hint}") from None
         else:
             resources = {slot_resource(s.id, g): 1.0 for s in self.cluster.servers for g in range(s.gpus)}
-            ray.init(num_cpus=os.cpu_count() or 1, num_gpus=sum(self.cluster.gpus.values()), resources=resources,
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=sum(self.cluster.gpus.values()), resources=resources,
                      **opts)
         self._started = True
 
