@@ -166,6 +166,7 @@ def place(
     policy: str = "consolidated",
     time_limit: float = 1.0,
     seed: int = 0,
+    *,
     score: bool = True,
 ) -> TypePlacement:
     """Place units of the given widths (Σ widths ≤ W) on one type's GPUs.
@@ -362,20 +363,50 @@ def place_cpsat(layout: TypeLayout, widths, previous, time_limit: float = 1.0, s
     return _cpsat_search(layout, widths, previous, greedy, time_limit, seed)
 
 
+@dataclass
+class _CpModel:
+    """The CP-SAT model of one type's placement and its variables."""
+
+    model: object  # cp_model.CpModel
+    multi: list[int]  # multi-GPU units
+    singles: list[int]  # one-GPU units
+    x: dict  # (u, g) -> GPUs of multi-GPU unit u on server g
+    y: dict  # (u, g) -> unit u uses server g
+    keep: dict  # u -> unit u keeps its previous GPUs
+    kept1: list  # per server: continuing one-GPU units kept there
+    new1: list  # per server: one-GPU units placed anew
+    cont1: np.ndarray  # per server: continuing one-GPU units
+    units: int  # all units, of any width
+
+
 def _cpsat_search(layout: TypeLayout, widths, previous, greedy: TypePlacement, time_limit: float, seed: int) -> TypePlacement:
     multi = [u for u in range(len(widths)) if widths[u] > 1]
     if len(multi) * layout.S > CPSAT_MAX_PAIRS:
         return _note(greedy, f"cpsat: model too large ({len(multi)} multi-GPU units × {layout.S} servers); greedy kept")
-
     from ortools.sat.python import cp_model
 
-    caps = layout.server_capacity
-    S = layout.S
+    cm = _cpsat_model(layout, widths, previous)
+    _cpsat_hint(cm, layout, greedy, previous)
+    solver = _cpsat_solver(len(cm.x), time_limit, seed)
+    status = solver.Solve(cm.model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _note(greedy, f"cpsat: {solver.StatusName(status).lower()} within {time_limit:g} s; greedy kept")
+    exact = _scored(layout, _decode(layout, previous, cm, solver), previous)
+    if (exact.spans, exact.migrations) > (greedy.spans, greedy.migrations):
+        return _note(greedy, "cpsat: no better than greedy within the time limit; greedy kept")
+    note = "" if status == cp_model.OPTIMAL else f"cpsat: feasible (not proven optimal) within {time_limit:g} s"
+    return TypePlacement(exact.gpus, exact.spans, exact.migrations, note)
+
+
+def _cpsat_model(layout: TypeLayout, widths, previous) -> _CpModel:
+    from ortools.sat.python import cp_model
+
+    caps, S = layout.server_capacity, layout.S
     m = cp_model.CpModel()
+    multi = [u for u in range(len(widths)) if widths[u] > 1]
     x, y, keep = {}, {}, {}
     for u in multi:
-        w = int(widths[u])
-        row = []
+        w, row = int(widths[u]), []
         for g in range(S):
             ub = int(min(w, caps[g]))
             if ub == 0:
@@ -404,28 +435,35 @@ def _cpsat_search(layout: TypeLayout, widths, previous, greedy: TypePlacement, t
         m.Add(sum(x[u, g] for u in multi if (u, g) in x) + kept1[g] + new1[g] <= int(caps[g]))
     big = len(keep) + int(cont1.sum()) + 1
     m.Minimize(big * sum(y.values()) + sum(1 - k for k in keep.values()) + (int(cont1.sum()) - sum(kept1)))
+    return _CpModel(m, multi, singles, x, y, keep, kept1, new1, cont1, len(widths))
 
-    # Hint: the greedy solution.
-    for u in multi:
+
+def _cpsat_hint(cm: _CpModel, layout: TypeLayout, greedy: TypePlacement, previous) -> None:
+    """The greedy solution as the hint (complete and feasible)."""
+    m, S = cm.model, layout.S
+    for u in cm.multi:
         cnt = np.bincount(layout.server_of[greedy.gpus[u]], minlength=S)
         for g in range(S):
-            if (u, g) in x:
-                m.AddHint(x[u, g], int(cnt[g]))
-                m.AddHint(y[u, g], int(cnt[g] > 0))
-        if u in keep:
-            m.AddHint(keep[u], int(np.array_equal(np.sort(greedy.gpus[u]), np.sort(previous[u]))))
-
+            if (u, g) in cm.x:
+                m.AddHint(cm.x[u, g], int(cnt[g]))
+                m.AddHint(cm.y[u, g], int(cnt[g] > 0))
+        if u in cm.keep:
+            m.AddHint(cm.keep[u], int(np.array_equal(np.sort(greedy.gpus[u]), np.sort(previous[u]))))
     kept_hint = np.zeros(S, dtype=np.int64)
     new_hint = np.zeros(S, dtype=np.int64)
-    for u in singles:
+    for u in cm.singles:
         g = int(layout.server_of[greedy.gpus[u][0]])
         if previous[u] is not None and greedy.gpus[u][0] == previous[u][0]:
             kept_hint[g] += 1
         else:
             new_hint[g] += 1
     for g in range(S):
-        m.AddHint(kept1[g], int(kept_hint[g]))
-        m.AddHint(new1[g], int(new_hint[g]))
+        m.AddHint(cm.kept1[g], int(kept_hint[g]))
+        m.AddHint(cm.new1[g], int(new_hint[g]))
+
+
+def _cpsat_solver(variables: int, time_limit: float, seed: int):
+    from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -435,31 +473,23 @@ def _cpsat_search(layout: TypeLayout, widths, previous, greedy: TypePlacement, t
     # models (measured: 1.6 s of presolve at 683 GPUs before any search); the
     # greedy hint is a complete feasible solution, so go straight to search.
     solver.parameters.symmetry_level = 0
-    if len(x) > 2_000:
+    if variables > 2_000:
         solver.parameters.cp_model_presolve = False
         # One thread, but interleaving the subsolvers (LNS around the hint)
         # instead of a single tree search, which never improved on the hint here.
         solver.parameters.interleave_search = True
-    status = solver.Solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _note(greedy, f"cpsat: {solver.StatusName(status).lower()} within {time_limit:g} s; greedy kept")
-    gpus = _decode(layout, widths, previous, multi, singles, x, keep, kept1, new1, solver)
-    exact = _scored(layout, gpus, previous)
-    if (exact.spans, exact.migrations) > (greedy.spans, greedy.migrations):
-        return _note(greedy, "cpsat: no better than greedy within the time limit; greedy kept")
-    note = "" if status == cp_model.OPTIMAL else f"cpsat: feasible (not proven optimal) within {time_limit:g} s"
-    return TypePlacement(exact.gpus, exact.spans, exact.migrations, note)
+    return solver
 
 
-def _decode(layout, widths, previous, multi, singles, x, keep, kept1, new1, solver) -> list[np.ndarray]:
+def _decode(layout: TypeLayout, previous, cm: _CpModel, solver) -> list[np.ndarray]:
     free = np.ones(layout.W, dtype=bool)
-    out: list[np.ndarray | None] = [None] * len(widths)
-    for u, k in keep.items():
+    out: list[np.ndarray | None] = [None] * cm.units
+    for u, k in cm.keep.items():
         if solver.Value(k):
             out[u] = previous[u]
             free[previous[u]] = False
-    quota = [int(solver.Value(v)) for v in kept1]
-    for u in singles:
+    quota = [int(solver.Value(v)) for v in cm.kept1]
+    for u in cm.singles:
         p = previous[u]
         if p is not None and quota[layout.server_of[p[0]]] > 0 and free[p[0]]:
             quota[layout.server_of[p[0]]] -= 1
@@ -472,14 +502,14 @@ def _decode(layout, widths, previous, multi, singles, x, keep, kept1, new1, solv
         free[got] = False
         return got
 
-    for u in multi:
+    for u in cm.multi:
         if out[u] is None:
             out[u] = np.concatenate(
-                [take(g, int(solver.Value(x[u, g]))) for g in range(layout.S) if (u, g) in x and solver.Value(x[u, g])]
+                [take(g, int(solver.Value(cm.x[u, g]))) for g in range(layout.S) if (u, g) in cm.x and solver.Value(cm.x[u, g])]
             )
-    rest = [u for u in singles if out[u] is None]
+    rest = [u for u in cm.singles if out[u] is None]
     i = 0
-    for g, v in enumerate(new1):
+    for g, v in enumerate(cm.new1):
         for gpu in take(g, int(solver.Value(v)) + quota[g]):  # unused kept quota is free room
             if i < len(rest):
                 out[rest[i]] = np.array([gpu])

@@ -33,7 +33,7 @@ least served, then the tie-break.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,7 +123,8 @@ def walk(st: Standing, pairs: list[PairEntry], opts: WalkOptions, capacity: np.n
     type_walk, pos = opts.type_walk(digest)
     units: Units = [[] for _ in range(k)]
     left = capacity.tolist()
-    sched = _take(queue, _order(queue, opts.queue, pos), st, pairs, left, units, gavel)
+    order = _order(queue, opts.queue, pos)
+    sched = _take(zip(queue.unit[order].tolist(), queue.col[order].tolist()), st, pairs, left, units, gavel)
     if not gavel and opts.work_conserving and sum(left) and not all(sched):
         _fill_idle(st, sched, left, units, type_walk)
     return units
@@ -164,13 +165,14 @@ def _order(q: _Queue, discipline: str, pos: np.ndarray) -> np.ndarray:
     return np.lexsort(keys)
 
 
-def _take(q: _Queue, order, st: Standing, pairs: list[PairEntry], left: list[int], units: Units, gavel: bool) -> list[bool]:
-    """Greedy walk down the queue; returns which jobs are scheduled."""
+def _take(queue: Iterable[tuple[int, int]], st: Standing, pairs: list[PairEntry], left: list[int], units: Units,
+          gavel: bool) -> list[bool]:
+    """Greedy walk down the queue of (unit, column) entries; returns which jobs are scheduled."""
     n, sfl = len(st.widths), st.widths
     sched = [False] * n
     unscheduled, total = n, sum(left)
     covered = st.covered
-    for e, c in zip(q.unit[order].tolist(), q.col[order].tolist()):
+    for e, c in queue:
         if total == 0 or unscheduled == 0:
             break  # the rest of the queue can only be skipped
         if left[c] == 0:
