@@ -145,6 +145,7 @@ def test_local_run_preempts_and_resumes_without_lost_progress(tmp_path):
         assert json.load(open(os.path.join(run_dir, "jobs", j.job_id, "result.json")))["digest"] == want
     assert_no_slot_shared(res)
     assert (res.launches["restart_overhead"].dropna() > 0).all() and s["restart_overhead_mean"] > 0
+    assert set(res.launches["reason"]) >= {"start", "resume"} and s["restart_overhead_by_reason"]["resume"] > 0
     assert res.rounds["busy_slots"].max() <= 2
     assert wait_gone(run_dir) == []
 

@@ -21,7 +21,7 @@ from optsched.runtime.workloads.regression import digest, train  # noqa: E402
 
 def test_ray_run_preempts_resumes_and_reports_a_crash(tmp_path):
     run_dir = str(tmp_path / "run")
-    steps = 400
+    steps = 300
     jobs = [regression_job("j0", steps), regression_job("j1", steps), regression_job("j2", steps, arrival=0.5),
             regression_job("crash", 300, arrival=0.5, crash_at=30),
             regression_job("wide", steps, arrival=1.0, scale_factor=2)]

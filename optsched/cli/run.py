@@ -81,7 +81,9 @@ def run_command(
         console.print(
             f"completed {s['jobs_completed']}/{s['jobs']}  failed {s['jobs_failed']}  avg JCT {_num(s['avg_jct'])} s  "
             f"makespan {_num(s['makespan'])} s  preemptions {s['preemptions']}  migrations {s['migrations']}\n"
-            f"restart overhead {_num(s['restart_overhead_mean'])} s (launch → first step "
+            f"restart overhead {_num(s['restart_overhead_mean'])} s "
+            f"({', '.join(f'{k} {v:.2f}' for k, v in s.get('restart_overhead_by_reason', {}).items())}; "
+            f"launch → first step "
             f"{_num(s['launch_overhead_mean'])} s, checkpoint + exit {_num(s['stop_latency_mean'])} s)  "
             f"solver {s['solver_seconds']:.3f} s  wall {s['wall_seconds']:.1f} s", highlight=False)
         if out:

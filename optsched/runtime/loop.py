@@ -112,6 +112,7 @@ class _Incarnation:
     progress: dict | None = None
     decided_at: float = 0.0  # start of the round that placed it
     cancelled: bool = False  # stopped before its first step (killed: nothing to lose)
+    reason: str = "start"  # start (first launch) | resume (after a preemption) | migration
 
 
 @dataclass
@@ -128,6 +129,7 @@ class _JobState:
     runs: list = field(default_factory=list)  # _Incarnation
     steps_by_type: dict = field(default_factory=dict)  # type -> [steps, seconds]
     removed: bool = False  # gone from the allocator
+    migrating: bool = False  # its next launch is a migration
 
     @property
     def current(self) -> _Incarnation | None:
@@ -478,6 +480,7 @@ class Runtime:
             self.state[j].preemptions += 1
         for j in migrated:
             self.state[j].migrations += 1
+            self.state[j].migrating = True
         started = []
         for j, slots in assignments.items():
             s = self.state[j]
@@ -511,7 +514,9 @@ class Runtime:
             s.status, s.error, s.finish = "failed", f"cannot start: {e}", launch_at
             log.warning("job %s: cannot start: %s", j, e)
             return False
-        s.runs.append(_Incarnation(n, slots, handle, launch_at, s.steps_done, decided_at=decided_at))
+        reason = "migration" if s.migrating else ("resume" if s.runs else "start")
+        s.migrating = False
+        s.runs.append(_Incarnation(n, slots, handle, launch_at, s.steps_done, decided_at=decided_at, reason=reason))
         s.status = "running"
         if s.first_start is None:
             s.first_start = launch_at
@@ -605,7 +610,7 @@ class Runtime:
                 p = r.progress or {}
                 first = p.get("first_step_at")
                 launches.append({
-                    "job_id": j.job_id, "incarnation": r.n, "slots": slot_names(r.slots),
+                    "job_id": j.job_id, "incarnation": r.n, "reason": r.reason, "slots": slot_names(r.slots),
                     "gpu_type": r.slots[0].gpu_type, "launch_at": r.launch_at,
                     "first_step_at": (first - self._t0) if first else float("nan"),
                     "exit_at": r.exit_at, "exit_code": r.exit_code, "outcome": r.outcome,
@@ -644,6 +649,9 @@ class Runtime:
             "preemptions": int(jobs["preemptions"].sum()), "migrations": int(jobs["migrations"].sum()),
             "restart_overhead_mean": float(ro.mean()) if ro.size else float("nan"),
             "restart_overhead_p95": float(np.percentile(ro, 95)) if ro.size else float("nan"),
+            "restart_overhead_by_reason": ({k: float(v) for k, v in
+                                            ldf.groupby("reason")["restart_overhead"].mean().dropna().items()}
+                                           if len(ldf) else {}),
             "launch_overhead_mean": float(lo.mean()) if lo.size else float("nan"),
             "stop_latency_mean": float(stop_lat.mean()) if stop_lat.size else float("nan"),
             "throughput_by_type": {t: float(np.nanmean(v)) for t, v in by_type.items()},
