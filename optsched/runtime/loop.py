@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from optsched.model import Cluster, GpuSlot, Job, OptschedError, Snapshot
-from optsched.runtime.executor import Launch, slot_names, wait_all
+from optsched.runtime.executor import Launch, slot_names
 from optsched.runtime.job import EXIT_PREEMPTED, LEASE_FILE, PROGRESS_FILE, read_json, write_json_atomic
 from optsched.runtime.spec import RunJob
 
@@ -191,6 +191,19 @@ class _Stop(Exception):
     pass
 
 
+class WallClock:
+    """The runtime's clock: wall-clock seconds, shared with the jobs' reports."""
+
+    @staticmethod
+    def time() -> float:
+        return time.time()
+
+    @staticmethod
+    def sleep(seconds: float, stop: threading.Event) -> bool:
+        """Sleep; True when ``stop`` was set meanwhile."""
+        return stop.wait(seconds)
+
+
 class Runtime:
     """One run of jobs on an executor (``run()`` below is the one-call form)."""
 
@@ -222,14 +235,21 @@ class Runtime:
         self._stopping = threading.Event()
         self.solver_seconds = 0.0
         self.recomputations = 0
+        # The executor may bring its own clock (a virtual one in tests); else wall-clock time.
+        self.clock = getattr(executor, "clock", None) or WallClock()
 
     # ------------------------------------------------------------------ time
     def now(self) -> float:
-        return time.time() - self._t0
+        return self.clock.time() - self._t0
 
     def _sleep(self, seconds: float) -> None:
-        if seconds > 0 and self._stopping.wait(seconds):
+        if seconds > 0 and self.clock.sleep(seconds, self._stopping):
             raise _Stop()
+
+    def _wait_all(self, handles, timeout: float, poll: float = 0.005) -> None:
+        deadline = self.clock.time() + timeout
+        while self.clock.time() < deadline and any(h.poll() is None for h in handles):
+            self.clock.sleep(poll, threading.Event())
 
     def stop(self) -> None:
         """Ask the loop to stop (thread-safe; signal handlers call this)."""
@@ -244,7 +264,7 @@ class Runtime:
                                    round_length=cfg.round_length, **cfg.allocator_options)
         self._warm_up()
         self.executor.start()
-        self._t0 = time.time()
+        self._t0 = self.clock.time()
         wall0 = time.perf_counter()
         interrupted = ""
         allocation = None
@@ -462,7 +482,7 @@ class Runtime:
                 if not (p and p.get("first_step_at")) and s.current.handle.poll() is None:
                     s.current.handle.kill()
                     s.current.cancelled = True
-            wait_all([s.current.handle for s in stop], self.cfg.grace)
+            self._wait_all([s.current.handle for s in stop], self.cfg.grace)
             for s in stop:
                 inc = s.current
                 rc = inc.handle.poll()
@@ -557,7 +577,7 @@ class Runtime:
         os.makedirs(d, exist_ok=True)
         slack = self.cfg.lease_slack if self.cfg.lease_slack is not None else max(2 * self.cfg.round_length, 10.0)
         write_json_atomic(os.path.join(d, LEASE_FILE),
-                          {"expires": time.time() + self.cfg.round_length + slack, "revoked": revoked})
+                          {"expires": self.clock.time() + self.cfg.round_length + slack, "revoked": revoked})
 
     def _shutdown(self) -> None:
         """Revoke every lease, give the jobs the grace period, kill the rest."""
@@ -569,7 +589,7 @@ class Runtime:
             except OSError:
                 pass
         if live:
-            wait_all([s.current.handle for s in live], min(self.cfg.grace, 10.0))
+            self._wait_all([s.current.handle for s in live], min(self.cfg.grace, 10.0))
         for s in live:
             inc = s.current
             rc = inc.handle.poll()
