@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     sizes = args.sizes or ([100, 1000] if args.quick else [100, 1000, 10000])
     policies = args.policies or POLICIES
     table = None if args.synthetic else gavel_table()
-    run(instance(20, np.random.default_rng(0), table), "max_min_fairness")  # warm up imports and cvxpy
+    run(instance(20, np.random.default_rng(0), table), "max_min_fairness")  # warm up imports (numpy, the backends)
     console = Console(width=140)
     console.print(f"throughputs: {'Gavel simulation_throughputs.json' if table else 'synthetic'}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
 

@@ -149,6 +149,7 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
     if inst.n == 0:
         return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), build_seconds,
                              build_seconds=build_seconds)
+    # auto: HiGHS IPM when pair columns couple the jobs, else block_lp's size rule (measured: solvers/__init__.py).
     backend = block_backend(solver, form.lp.pairs is not None)
     sol = form.solve(backend, time_limit)
     solver_seconds = sol.seconds
