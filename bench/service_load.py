@@ -18,8 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
-import httpx
 import numpy as np
 
 from optsched.service.process import ServerProcess
@@ -29,21 +29,64 @@ THROUGHPUT = {"v100": 2.0, "k80": 1.0}
 ROUND = 60.0
 
 
-async def client_loop(i: int, http: httpx.AsyncClient, deadline: float, samples: list, errors: list, snapshot: dict):
+class Conn:
+    """A minimal HTTP/1.1 keep-alive client on asyncio streams: one connection
+    per simulated scheduler. (httpx's async client cost ~7 ms of client CPU per
+    request here — more than the server's work — and its CPU then showed up
+    as server latency on a 2-core machine.)"""
+
+    def __init__(self, host: str, port: int, headers: dict):
+        self.host, self.port = host, port
+        self.extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.reader = self.writer = None
+
+    async def request(self, method: str, path: str, body=None) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        data = b"" if body is None else json.dumps(body).encode()
+        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n{self.extra}\r\n")
+        self.writer.write(head.encode() + data)
+        await self.writer.drain()
+        status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionError("connection closed by the server")
+        status = int(status_line.split()[1])
+        length, close = 0, False
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "connection" and value.strip().lower() == "close":
+                close = True
+        payload = await self.reader.readexactly(length) if length else b""
+        if close:
+            await self.close()
+        return status, payload
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.reader = self.writer = None
+
+
+async def client_loop(i: int, conn: Conn, deadline: float, samples: list, errors: list, snapshot: dict):
     rng = random.Random(i)
 
     async def call(kind: str, method: str, path: str, body=None):
         t0 = time.perf_counter()
         try:
-            r = await http.request(method, path, json=body)
-        except httpx.HTTPError as e:
+            status, payload = await conn.request(method, path, body)
+        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError) as e:
             errors.append((kind, repr(e)))
+            await conn.close()
             return None
         samples.append((kind, time.perf_counter() - t0))
-        if r.status_code >= 400:
-            errors.append((kind, f"{r.status_code} {r.text[:200]}"))
+        if status >= 400:
+            errors.append((kind, f"{status} {payload[:200]!r}"))
             return None
-        return r.json() if r.content else {}
+        return json.loads(payload) if payload else {}
 
     created = await call("create", "POST", "/v1/sessions",
                          {"cluster": CLUSTER, "round_length": ROUND, "recompute_every": 5, "session_id": f"load-{i}"})
@@ -81,12 +124,14 @@ async def run(url: str, clients: int, seconds: float, token: str | None) -> dict
     samples: list = []
     errors: list = []
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120.0, limits=limits) as http:
-        t0 = time.perf_counter()
-        deadline = t0 + seconds
-        await asyncio.gather(*(client_loop(i, http, deadline, samples, errors, snapshot) for i in range(clients)))
-        wall = time.perf_counter() - t0
+    u = urlsplit(url)
+    conns = [Conn(u.hostname, u.port or 80, headers) for _ in range(clients)]
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    await asyncio.gather(*(client_loop(i, c, deadline, samples, errors, snapshot) for i, c in enumerate(conns)))
+    wall = time.perf_counter() - t0
+    for c in conns:
+        await c.close()
     by_kind: dict = {}
     for kind, dt in samples:
         by_kind.setdefault(kind, []).append(dt)

@@ -52,6 +52,7 @@ def serve(
     sync: str = typer.Option("full", "--sync", help="SQLite synchronous: full (survives power loss) | normal (survives a killed process)."),
     log_format: str = typer.Option("text", "--log-format", help="text | json (one object per line)."),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="Log every request (INFO)."),
+    threads: int = typer.Option(16, "--threads", help="Worker threads for solves and database commits."),
 ):
     """Serve stateless solves and durable scheduling sessions over HTTP."""
     from optsched.service.models import Limits
@@ -67,13 +68,15 @@ def serve(
         err_console.print(f"[bold red]error:[/] --sync: choose full or normal (got {sync!r})")
         raise typer.Exit(2)
     for name, value in (("--max-body-bytes", max_body_bytes), ("--max-jobs", max_jobs), ("--max-gpus", max_gpus),
-                        ("--sessions-cached", sessions_cached), ("--max-time-limit", max_time_limit)):
+                        ("--sessions-cached", sessions_cached), ("--max-time-limit", max_time_limit),
+                        ("--threads", threads)):
         if not value > 0:
             err_console.print(f"[bold red]error:[/] {name}: must be positive (got {value})")
             raise typer.Exit(2)
     try:
         import uvicorn
 
+        from optsched.service import app as service_app
         from optsched.service.app import create_app
     except ImportError as e:
         err_console.print(f"[bold red]error:[/] the service needs fastapi and uvicorn ({e.name} is missing): "
@@ -87,6 +90,7 @@ def serve(
     svc.propagate = False
     svc.setLevel(min(logging.getLogger().level or logging.WARNING, logging.INFO))
     logging.getLogger("optsched.service.access").setLevel(logging.INFO if access_log else logging.WARNING)
+    service_app.WORKER_THREADS = threads
     limits = Limits(max_body_bytes=max_body_bytes, max_jobs=max_jobs, max_gpus=max_gpus,
                     max_time_limit=max_time_limit, max_sessions_cached=sessions_cached)
     try:

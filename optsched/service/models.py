@@ -276,6 +276,9 @@ class Health(BaseModel):
     version: str
     sessions_cached: int
     database: str
+    commit_groups: int = Field(description="Database transactions (group commits) so far.")
+    commits: int = Field(description="State changes committed so far (several per group under load).")
+    commit_seconds: float = Field(description="Wall seconds spent committing (fsync included).")
 
 
 class PoliciesOut(BaseModel):
