@@ -353,8 +353,8 @@ def test_runtime_with_virtual_jobs_reproduces_the_simulator(tmp_path):
 
 
 def test_runtime_decisions_are_deterministic_given_the_same_progress(tmp_path):
-    _, a = _virtual_run(tmp_path, "a", 0.3, 1.0)
-    _, b = _virtual_run(tmp_path, "b", 0.3, 1.0)
+    _, a = _virtual_run(tmp_path, "a", 0.3, 2.0)
+    _, b = _virtual_run(tmp_path, "b", 0.3, 2.0)
     cols = ["job_id", "incarnation", "slots", "launch_at", "exit_at", "outcome"]
     pd_a, pd_b = a.launches[cols].round(6), b.launches[cols].round(6)
     assert pd_a.equals(pd_b)
