@@ -255,6 +255,10 @@ def parse_snapshot(data: str | bytes | dict) -> Snapshot:
             data = json.loads(data)
         except json.JSONDecodeError as e:
             raise OptschedError(f"invalid snapshot: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        except UnicodeDecodeError as e:
+            raise OptschedError(f"invalid snapshot: not UTF-8 text (byte {e.start})") from None
+        except RecursionError:
+            raise OptschedError("invalid snapshot: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise OptschedError("invalid snapshot: top level must be a JSON object")
     try:

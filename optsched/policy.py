@@ -217,9 +217,7 @@ def _packed_result(inst: Instance, pk, X: np.ndarray, Y: np.ndarray, explanation
     thr = (inst.throughput * X).sum(axis=1) + pk.throughput(inst.throughput, Y)
     used = inst.scale_factor @ X + pk.gpus(Y)
     explanation["capacity_used"] = {t: float(u) for t, u in zip(inst.gpu_types, used)}
-    thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1) * inst.weight / inst.scale_factor  # as explain()
-    rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
-    explanation["share_vs_equal"] = {jid: float(r) for jid, r in zip(inst.job_ids, rel)}
+    explanation.update(_relative_shares(inst, thr))
     keep = Y.sum(axis=1) > 0
     explanation["pairs_admitted"] = int(len(pk.pairs))
     explanation["pairs_packed"] = int(keep.sum())
@@ -241,18 +239,39 @@ def clean_fractions(X: np.ndarray, inst: Instance) -> np.ndarray:
     return X
 
 
+def _relative_shares(inst: Instance, thr: np.ndarray) -> dict:
+    """Each job's throughput against two references.
+
+    share_vs_fair: against its weighted fair share of the cluster — the time
+    fraction e_m = min(1, w_m · ΣW / Σ_l w_l s_l) on a proportional mix of every
+    usable type. 1.0 = exactly its fair share (two identical jobs halving one
+    GPU: 1.0 each); what the table's "vs fair" column shows.
+    share_vs_equal: Gavel's normalized share thr_m · s_m / (w_m · thr_prop_m),
+    thr_prop_m = throughput on the proportional mix all of the time: the unit of
+    the max-min objective (it does not depend on how many jobs share the cluster).
+    """
+    thr_prop = (inst.throughput * inst.equal_share()).sum(axis=1)
+    demand = float(inst.weight @ inst.scale_factor)
+    fair_time = np.minimum(1.0, inst.weight * inst.capacity.sum() / max(demand, 1e-300))
+    equal = thr_prop * inst.weight / inst.scale_factor
+    fair = thr_prop * fair_time
+    rel_equal = np.divide(thr, equal, out=np.zeros_like(thr), where=equal > 0)
+    rel_fair = np.divide(thr, fair, out=np.zeros_like(thr), where=fair > 0)
+    return {
+        "share_vs_fair": {jid: float(r) for jid, r in zip(inst.job_ids, rel_fair)},
+        "share_vs_equal": {jid: float(r) for jid, r in zip(inst.job_ids, rel_equal)},
+    }
+
+
 def explain(inst: Instance, X: np.ndarray, share: np.ndarray, prices, objective) -> dict:
     """Why did my job get this? Prices of GPU types, the bottleneck jobs (lowest
-    value of the policy's own per-job metric ``share``), and each job's share
-    relative to its weighted equal share: thr_m(X) · s_m / (w_m · thr_equal_m),
-    1.0 = exactly the equal share (Gavel's normalization)."""
+    value of the policy's own per-job metric ``share``), and each job's
+    throughput relative to two references (_relative_shares)."""
     thr = (inst.throughput * X).sum(axis=1)
-    thr_equal = (inst.throughput * inst.equal_share()).sum(axis=1) * inst.weight / inst.scale_factor
-    rel = np.divide(thr, thr_equal, out=np.zeros_like(thr), where=thr_equal > 0)
     out: dict = {
         "capacity_used": {t: float(u) for t, u in zip(inst.gpu_types, inst.scale_factor @ X)},
         "capacity": {t: float(c) for t, c in zip(inst.gpu_types, inst.capacity)},
-        "share_vs_equal": {jid: float(r) for jid, r in zip(inst.job_ids, rel)},
+        **_relative_shares(inst, thr),
     }
     if prices is not None:
         p = np.maximum(np.asarray(prices, dtype=float).reshape(-1), 0.0)

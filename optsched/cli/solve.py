@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from importlib import resources
@@ -12,7 +13,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from optsched.cli.common import app, console, user_errors
+from optsched.cli.common import app, console, err_console, user_errors
 from optsched.model import OptschedError
 
 
@@ -32,17 +33,20 @@ def solve(
     placement: bool = typer.Option(False, "--placement", help="Also compute the next round's GPU placement."),
     placement_policy: str = typer.Option("consolidated", "--placement-policy", help="consolidated | first_fit | cpsat"),
     partitions: int = typer.Option(1, "--partitions", help="POP: solve k balanced sub-problems in parallel and merge (large snapshots)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit with code 3 when the solver fell back (status not optimal)."),
 ):
     """Solve a policy on a cluster snapshot: allocation, explanation (and placement)."""
     from optsched.model import parse_snapshot
     from optsched.policy import solve as solve_policy
 
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise OptschedError(f"--time-limit: must be a positive number of seconds ({time_limit})")
     if snapshot is None:
         text = example_snapshot_text()
     elif str(snapshot) == "-":
-        text = sys.stdin.read()
+        text = sys.stdin.buffer.read()  # bytes: parse_snapshot names a bad encoding in one line
     else:
-        text = snapshot.read_text()
+        text = snapshot.read_bytes()
     t_parse = time.perf_counter()
     snap = parse_snapshot(text)
     parse_seconds = time.perf_counter() - t_parse
@@ -78,6 +82,9 @@ def solve(
         typer.echo(json.dumps(out, indent=2))
     else:
         _print_solution(snap, out)
+    if strict and not str(out["status"]).startswith(("optimal", "ok")):
+        err_console.print(f"[bold red]error:[/] --strict: status is {out['status']!r}", highlight=False, soft_wrap=True)
+        raise typer.Exit(3)
 
 
 def _print_solution(snap, out: dict) -> None:
@@ -96,7 +103,7 @@ def _print_solution(snap, out: dict) -> None:
     for t in types:
         table.add_column(t, justify="right")
     table.add_column("steps/s", justify="right")
-    table.add_column("vs equal", justify="right")
+    table.add_column("vs fair", justify="right")
     bottleneck = set(ex.get("bottleneck_jobs", []))
     counts = out.get("gpu_counts")  # configuration policies: GPUs per type, not time fractions
     for job in snap.jobs:
@@ -104,7 +111,7 @@ def _print_solution(snap, out: dict) -> None:
         cells = (
             [f"{counts[job.id][t]} GPU" + ("s" if counts[job.id][t] > 1 else "") if counts.get(job.id, {}).get(t) else "·" for t in types]
             if counts is not None
-            else [f"{fr[t]:.3f}" if fr.get(t) else "·" for t in types]
+            else [f"{fr[t]:.3f}" if fr.get(t, 0.0) >= 5e-4 else "·" for t in types]  # shown to 3 decimals
         )
         mark = " [yellow]*[/]" if job.id in bottleneck else ""
         table.add_row(
@@ -113,7 +120,7 @@ def _print_solution(snap, out: dict) -> None:
             str(job.scale_factor),
             *cells,
             f"{out['effective_throughput'][job.id]:.3g}",
-            f"{ex['share_vs_equal'].get(job.id, 0.0):.2f}×",
+            f"{ex['share_vs_fair'][job.id]:.2f}×" if job.id in ex.get("share_vs_fair", {}) else "·",
         )
     console.print(table)
     prices = ex.get("gpu_price", {})
