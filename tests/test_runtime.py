@@ -199,11 +199,14 @@ def test_cli_run_sigterm_stops_every_job_process(tmp_path):
     exe = Path(sys.executable).parent / "optsched"
     p = subprocess.Popen([str(exe), "run", str(trace), "--cluster", "slot=2", "--round-length", "1",
                           "--run-dir", run_dir, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def steps(j):
+        f = Path(run_dir, "jobs", j, "progress.json")
+        return json.loads(f.read_text()).get("steps_done", 0) if f.exists() else 0
+
     deadline = time.time() + 30
-    while time.time() < deadline and len(processes_of_run(run_dir)) < 2:
+    while time.time() < deadline and not (steps("long0") > 0 and steps("long1") > 0):
         time.sleep(0.1)
     assert len(processes_of_run(run_dir)) == 2
-    time.sleep(0.5)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=30)
     assert p.returncode != 0 or b"interrupted" in out + err
