@@ -134,20 +134,6 @@ def check_run(trace, policy: str, solver: str = "auto", packing: bool = False, t
                                 "placement does not apply")
 
 
-_APPS: dict = {}
-
-
-def load_applications(cluster: Cluster) -> dict:
-    """Profiled applications for the cluster's types (fitted once per process)."""
-    from optsched.goodput.profiles import peer_data_dir
-    from optsched.sim.goodput_jobs import applications_for
-
-    key = (str(peer_data_dir()), tuple(sorted(cluster.gpus)))
-    if key not in _APPS:
-        _APPS[key] = applications_for(cluster)
-    return _APPS[key]
-
-
 def simulate(
     trace=None,
     cluster: Cluster | dict | str | None = None,
@@ -194,7 +180,9 @@ def simulate(
     if elastic.any():
         cluster = with_servers(cluster)
         if apps is None:
-            apps = load_applications(cluster)
+            from optsched.sim.goodput_jobs import applications_for
+
+            apps = applications_for(cluster, trace.jobs["model"][elastic])
     from optsched.sim.goodput_jobs import GOODPUT_POLICIES
 
     pair_table = (throughputs or default_throughputs()) if cfg.packing else None

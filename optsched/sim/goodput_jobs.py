@@ -201,16 +201,37 @@ def elastic_info(gjobs, apps, is_elastic: np.ndarray, configs, restarts: np.ndar
     )
 
 
-def applications_for(cluster, root=None) -> dict:
-    """The profiled applications for a cluster's GPU types: Sia's per-type
-    profiles when every type is one of Sia's, else Pollux's on one type."""
-    from optsched.goodput.profiles import SIA_GPU_TYPES, pollux_applications, sia_applications
+_APPS: dict = {}
+
+
+def applications_for(cluster, names, root=None) -> dict:
+    """The profiled applications ``names`` for a cluster's GPU types (fitted
+    once per process): Sia's per-type profiles when every type is one of
+    Sia's, else Pollux's on one type. Unknown names are left out (the caller
+    names the row that uses one)."""
+    from pathlib import Path
+
+    from optsched.goodput.profiles import SIA_GPU_TYPES, load_application, peer_data_dir
     from optsched.model import OptschedError
 
     types = tuple(sorted(cluster.gpus))
+    base = Path(root or peer_data_dir())
     if set(types) <= set(SIA_GPU_TYPES):
-        return sia_applications(root, gpu_types=types)
-    if len(types) == 1:
-        return pollux_applications(root, gpu_type=types[0])
-    raise OptschedError(f"--cluster: elastic jobs run on one GPU type or on Sia's types ({', '.join(SIA_GPU_TYPES)}); "
-                        f"got {', '.join(types)}")
+        folder, suffixes = base / "sia" / "traces", {t: t for t in types}
+        skip = {"gpt_pmp"}  # pipeline-parallel: not modelled
+    elif len(types) == 1:
+        folder, suffixes, skip = base / "pollux" / "profiles", {None: types[0]}, set()
+    else:
+        raise OptschedError(f"--cluster: elastic jobs run on one GPU type or on Sia's types "
+                            f"({', '.join(SIA_GPU_TYPES)}); got {', '.join(types)}")
+    if not folder.is_dir():
+        raise OptschedError(f"profiles: application profiles not found at {folder} (set OPTSCHED_PEER_DATA)")
+    out = {}
+    for name in sorted(set(names)):
+        if name in skip or not (folder / name).is_dir():
+            continue
+        key = (str(folder), types, name)
+        if key not in _APPS:
+            _APPS[key] = load_application(folder / name, suffixes)
+        out[name] = _APPS[key]
+    return out

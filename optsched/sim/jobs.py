@@ -145,7 +145,8 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
         if not skip_unrunnable:
             i = int(bad[0])
             why = (
-                f"needs {int(sf[i])} GPUs of one type it runs on; the cluster has {dict(cluster.gpus)}"
+                f"needs {int(sf[i])} GPUs of one type it runs on; the cluster has "
+                f"{', '.join(f'{c} {t}' for t, c in cluster.gpus.items())}"
                 if steps[i] > 0
                 else "has no work (0 steps)"
             )

@@ -240,10 +240,9 @@ def simulate_jobs(
         # --- progress (execution) ---
         prog = simulated_progress(plan, jobs, st, round_length, overhead, server, progress_rate)
         duration = float(prog.run.max()) if prog.run.size and prog.finished.all() else round_length
-        done, running = apply_progress(plan, prog, jobs, st, ls.now, equal_thr_floor, round_length)
-        for m in ls.active:
-            if m not in running:
-                st.config[m] = None
+        done = apply_progress(plan, prog, jobs, st, ls.now, equal_thr_floor, round_length)
+        act = np.asarray(ls.active)
+        st.config[act[~np.isin(act, plan.m)]] = -1  # not running this round
         for jid in plan.preempted:
             st.preemptions[index_of[jid]] += 1
         for jid in plan.migrated:

@@ -48,7 +48,7 @@ class SimState:
     migrations: np.ndarray
     restarts: np.ndarray  # (re)starts after the first start
     overhead_left: np.ndarray  # restart seconds still to pay before progress
-    config: list  # (type column, GPUs, servers) the job ran at last, None when not running
+    config: np.ndarray  # (n, 3) int: (type column, GPUs, servers) it runs at; -1 when not running
     goodput: dict = field(default_factory=dict)  # job index -> GoodputJob (elastic jobs)
     progress_violation: float = 0.0  # max(steps gained − throughput·time) seen; 0 when consistent
 
@@ -63,8 +63,8 @@ class SimState:
             for m in np.flatnonzero(jobs.is_elastic).tolist():
                 goodput[m] = new_goodput_job(jobs.apps[m], jobs.batch_size[m], co_adapt)
         return cls(np.zeros(n), np.zeros(n), nan.copy(), nan.copy(), nan.copy(), np.zeros(n),
-                   np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n), [None] * n,
-                   goodput)
+                   np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n),
+                   np.full((n, 3), -1, dtype=np.int64), goodput)
 
 
 @dataclass
@@ -125,13 +125,10 @@ class Plan:
     servers: np.ndarray  # servers it spans (int)
     partner: np.ndarray  # job index of its packing partner, -1 when alone
     restarted: np.ndarray  # bool: pays the restart overhead this round
+    running_jobs: int = 0  # distinct jobs placed
     started: tuple = ()
     preempted: tuple = ()
     migrated: tuple = ()
-
-    @property
-    def running_jobs(self) -> int:
-        return len(set(self.m.tolist()))
 
 
 # ---------------------------------------------------------------- admit
@@ -181,7 +178,8 @@ def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarra
 
         ml = act.tolist()
         elastic = elastic_info([st.goodput.get(m) for m in ml], [jobs.apps[m] for m in ml], jobs.is_elastic[act],
-                               [st.config[m] for m in ml], np.maximum(st.restarts[act], 0), restart_seconds[act],
+                               [tuple(c) if c[0] >= 0 else None for c in st.config[act].tolist()],
+                               np.maximum(st.restarts[act], 0), restart_seconds[act],
                                jobs.gpu_types, server)
     return Instance(
         job_ids=view.job_ids,
@@ -221,17 +219,23 @@ def allocate(allocator, inst: Instance, allocation, jobs: JobArrays, st: SimStat
     nodes = getattr(allocation, "nodes", None)
     row_of = {jid: r for r, jid in enumerate(allocation.job_ids)} if nodes is not None else None
     ms, cols, gpus, servers, slots_of = [], [], [], [], []
+    count_servers = jobs.any_elastic  # rigid jobs' progress does not depend on how many servers they span
     for jid, slots in placement.assignments.items():
         m = index_of[jid]
-        per_type: dict[str, list] = {}
-        for s in slots:
-            per_type.setdefault(s.gpu_type, []).append(s)
-        for t, ss in per_type.items():
+        t0 = slots[0].gpu_type
+        if len(slots) == 1 or all(s.gpu_type == t0 for s in slots):  # the common case: one type
+            groups = ((t0, slots),)
+        else:
+            per_type: dict[str, list] = {}
+            for s in slots:
+                per_type.setdefault(s.gpu_type, []).append(s)
+            groups = per_type.items()
+        for t, ss in groups:
             c = type_index[t]
             ms.append(m)
             cols.append(c)
             gpus.append(len(ss))
-            srv = len({s.server for s in ss})
+            srv = len({s.server for s in ss}) if count_servers and len(ss) > 1 else 1
             if row_of is not None and jid in row_of and nodes[row_of[jid], c] > 0:
                 srv = int(nodes[row_of[jid], c])
             servers.append(srv)
@@ -246,12 +250,16 @@ def allocate(allocator, inst: Instance, allocation, jobs: JobArrays, st: SimStat
                 partner[i], partner[first[key]] = m[first[key]], m[i]
             else:
                 first[key] = i
+    col = np.asarray(cols, dtype=np.int64)
+    srv = np.asarray(servers, dtype=np.int64)
+    g = np.asarray(gpus, dtype=np.int64)
+    prev = st.config[m]
+    restarted = (prev[:, 0] >= 0) & ((prev[:, 0] != col) | (prev[:, 1] != g) | (prev[:, 2] != srv))
     moved = set(placement.started) | set(placement.migrated)
-    restarted = np.zeros(len(ms), dtype=bool)
-    for i, (j, c, g, srv) in enumerate(zip(ms, cols, gpus, servers)):
-        restarted[i] = jobs.job_ids[j] in moved or (st.config[j] is not None and st.config[j] != (c, g, srv))
-    return Plan(m, np.asarray(cols, dtype=np.int64), np.asarray(gpus, dtype=float), np.asarray(servers, dtype=np.int64),
-                partner, restarted, tuple(placement.started), tuple(placement.preempted), tuple(placement.migrated))
+    if moved:
+        restarted |= np.fromiter((jobs.job_ids[j] in moved for j in ms), dtype=bool, count=len(ms))
+    return Plan(m, col, g.astype(float), srv, partner, restarted, len(placement.assignments), tuple(placement.started),
+                tuple(placement.preempted), tuple(placement.migrated))
 
 
 # ---------------------------------------------------------------- progress (execution)
@@ -308,7 +316,7 @@ def simulated_progress(plan: Plan, jobs: JobArrays, st: SimState, round_length: 
         m, c = int(sm[i]), int(stype[i])
         g, srv = int(sn[i]), int(plan.servers[i])
         job = st.goodput[m]
-        if plan.restarted[i] or st.config[m] != (c, g, srv):
+        if plan.restarted[i] or tuple(st.config[m]) != (c, g, srv):
             choose_batch(job, jobs.apps[m], jobs.gpu_types[c], g, srv)
         before = job.progress
         used, done = advance(job, jobs.apps[m], jobs.gpu_types[c], g, srv, int(server[c]), round_length - pay[i])
@@ -338,13 +346,11 @@ def apply_progress(plan: Plan, prog: Progress, jobs: JobArrays, st: SimState, no
     st.first_start[sm[first]] = now
     st.last_run[sm] = now + run
     st.restarts[sm[plan.restarted & ~first]] += 1
-    running = set(sm.tolist())
-    for i in range(len(sm)):
-        st.config[int(sm[i])] = (int(plan.col[i]), int(sn[i]), int(plan.servers[i]))
+    st.config[sm] = np.column_stack([plan.col, sn.astype(np.int64), plan.servers]) if sm.size else st.config[sm]
     done = np.unique(sm[finished]) if finished.any() else sm[:0]
     for m, r in zip(sm[finished], run[finished]):
         st.completion[m] = now + r
-    return done, running
+    return done
 
 
 def _add(target: np.ndarray, index: np.ndarray, values: np.ndarray, unique: bool) -> None:
