@@ -33,6 +33,8 @@ physical cluster), the remainder on a last, smaller server; ids
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -41,6 +43,11 @@ import numpy as np
 from optsched.model import Cluster, GpuSlot, OptschedError
 
 PLACEMENT_POLICIES = ("consolidated", "first_fit", "cpsat")
+# Placements from other packages: an entry point in this group whose object is
+# ``place(layout: TypeLayout, widths: list[int], previous: list[ndarray | None])
+# -> list[ndarray]`` (each unit's GPU numbers on that type; ``previous[u]`` is
+# unit u's GPUs last round, None if it did not run there). Checked on return.
+PLACEMENT_ENTRY_POINTS = "optsched.placements"
 DEFAULT_GPUS_PER_SERVER = 4
 # CP-SAT model size (multi-GPU units × servers of the type) beyond which the
 # greedy result is kept: past this, CP-SAT rarely improves within a second.
@@ -146,6 +153,32 @@ class Layout:
         return hit
 
 
+@functools.cache
+def _plugins() -> dict:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=PLACEMENT_ENTRY_POINTS) if ep.name not in PLACEMENT_POLICIES}
+
+
+def placement_policies() -> tuple[str, ...]:
+    """Built-in placement policies, then those registered by other packages."""
+    return PLACEMENT_POLICIES + tuple(sorted(_plugins()))
+
+
+def _plugin_gpus(layout: "TypeLayout", widths: np.ndarray, previous: list, name: str) -> list[np.ndarray]:
+    try:
+        gpus = [np.asarray(g, dtype=np.int64) for g in _plugins()[name].load()(layout, [int(w) for w in widths], previous)]
+    except Exception as e:  # another package's code: its failure is reported, not raised through the allocator
+        raise OptschedError(f"placement: policy {name!r} failed: {type(e).__name__}: {e}") from None
+    used = np.concatenate(gpus) if gpus else np.zeros(0, np.int64)
+    ok = (len(gpus) == len(widths) and all(len(g) == w for g, w in zip(gpus, widths))
+          and len(np.unique(used)) == len(used) and (used.size == 0 or (used.min() >= 0 and used.max() < layout.W)))
+    if not ok:
+        raise OptschedError(f"placement: policy {name!r} returned an invalid placement (each unit needs its width "
+                            f"in distinct GPUs 0..{layout.W - 1})")
+    return gpus
+
+
 # --------------------------------------------------------------------------
 # Placing the units of one type
 # --------------------------------------------------------------------------
@@ -179,9 +212,12 @@ def place(
     previous = _valid_previous(layout, widths, previous)
     if policy == "cpsat":
         return place_cpsat(layout, widths, previous, time_limit, seed)
-    if policy not in PLACEMENT_POLICIES:
-        raise OptschedError(f"placement: unknown policy {policy!r} (choose from {', '.join(PLACEMENT_POLICIES)})")
-    gpus = _greedy(layout, widths, previous, consolidate=policy == "consolidated")
+    if policy in PLACEMENT_POLICIES:
+        gpus = _greedy(layout, widths, previous, consolidate=policy == "consolidated")
+    elif policy in _plugins():
+        gpus = _plugin_gpus(layout, widths, previous, policy)
+    else:
+        raise OptschedError(f"placement: unknown policy {policy!r} (choose from {', '.join(placement_policies())})")
     return _scored(layout, gpus, previous) if score else TypePlacement(gpus, -1, -1)
 
 

@@ -52,15 +52,41 @@ POLICIES: dict[str, tuple[str, dict]] = {
 DEFAULT_POLICY = "max_min_fairness"
 
 
+# Policies from other packages: an entry point in this group names a module
+# (``mypkg.mypolicy``) with ``build(inst, **options)`` (a block LP formulation,
+# see formulations/max_min_fairness.py) or ``allocate(inst, ...)`` (a procedure
+# returning an Allocation). Built-in names win over plugins of the same name.
+POLICY_ENTRY_POINTS = "optsched.policies"
+
+
 def register(name: str, module: str, **options) -> None:
+    """Add a policy: ``module`` is a formulations/ module name or a dotted module path."""
     POLICIES[name] = (module, options)
 
 
+def _module_path(module: str) -> str:
+    return module if "." in module else f"optsched.formulations.{module}"
+
+
+def _plugin_policies() -> dict[str, tuple[str, dict]]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: (ep.value.split(":")[0], {}) for ep in entry_points(group=POLICY_ENTRY_POINTS)
+            if ep.name not in POLICIES}
+
+
 def policy_names() -> list[str]:
-    """Registered policies whose formulation module is present."""
+    """Registered policies whose module is present (built-in and plugins)."""
     from importlib.util import find_spec
 
-    return sorted(n for n, (m, _) in POLICIES.items() if find_spec(f"optsched.formulations.{m}") is not None)
+    def present(module: str) -> bool:
+        try:
+            return find_spec(_module_path(module)) is not None
+        except (ImportError, ValueError):
+            return False
+
+    known = {**_plugin_policies(), **POLICIES}
+    return sorted(n for n, (m, _) in known.items() if present(m))
 
 
 # Formulation modules already imported, by module name: the simulator asks for
@@ -70,17 +96,20 @@ _MODULES: dict[str, object] = {}
 
 
 def _module(name: str):
-    if name not in POLICIES:
+    entry = POLICIES.get(name) or _plugin_policies().get(name)  # plugins are looked up only for unknown names
+    if entry is None:
         raise OptschedError(f"policy: unknown policy {name!r} (choose from {', '.join(policy_names())})")
-    module, options = POLICIES[name]
+    module, options = entry
     mod = _MODULES.get(module)
     if mod is None:
         try:
-            mod = importlib.import_module(f"optsched.formulations.{module}")
+            mod = importlib.import_module(_module_path(module))
         except ModuleNotFoundError as e:
-            if e.name != f"optsched.formulations.{module}":
+            if e.name != _module_path(module):
                 raise
             raise OptschedError(f"policy: {name!r} is not available in this build") from None
+        if not (hasattr(mod, "build") or hasattr(mod, "allocate")):
+            raise OptschedError(f"policy: module {module!r} of {name!r} has neither build() nor allocate()")
         _MODULES[module] = mod
     return mod, dict(options)
 

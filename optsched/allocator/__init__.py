@@ -42,7 +42,7 @@ from optsched.allocator.ledger import digest as ledger_digest
 from optsched.allocator.state import PRIOR_ROUNDS, STATE_FIELDS, AllocatorState, Columns, members, pair_key
 from optsched.allocator.walk import NEVER_RUN, QUEUES, PairEntry, Standing, Units, WalkOptions, units_from_counts, walk
 from optsched.model import Allocation, Cluster, Instance, OptschedError, Snapshot
-from optsched.placement import DEFAULT_GPUS_PER_SERVER, PLACEMENT_POLICIES, Layout
+from optsched.placement import DEFAULT_GPUS_PER_SERVER, Layout, placement_policies
 
 log = logging.getLogger("optsched.allocator")
 
@@ -75,8 +75,8 @@ class Allocator:
         work_conserving: bool = True,
         queue: str = "phased",
     ):
-        if placement not in PLACEMENT_POLICIES:
-            raise OptschedError(f"placement: unknown policy {placement!r} (choose from {', '.join(PLACEMENT_POLICIES)})")
+        if placement not in placement_policies():
+            raise OptschedError(f"placement: unknown policy {placement!r} (choose from {', '.join(placement_policies())})")
         if not round_length > 0:
             raise OptschedError(f"round_length: must be positive (got {round_length})")
         if not placement_time_limit > 0:

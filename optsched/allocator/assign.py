@@ -41,7 +41,7 @@ def seat(units: Units, ids: tuple[str, ...], lease: Lease, cols: Columns, opts: 
     column, gpus, unit, split = seats.column, seats.gpus, seats.unit, seats.split
     solo_m, solo_c = seats.solo
     limit = opts.time_limit / max(1, sum(1 for u in units if u))
-    greedy, consolidate = opts.policy != "cpsat", opts.policy == "consolidated"
+    greedy, consolidate = opts.policy in ("consolidated", "first_fit"), opts.policy == "consolidated"
     held, held_as = lease.gpus, lease.unit
     for c, us in enumerate(units):
         if not us:

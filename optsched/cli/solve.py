@@ -51,11 +51,11 @@ def solve(
     snap = parse_snapshot(text)
     parse_seconds = time.perf_counter() - t_parse
     if placement:
-        from optsched.placement import PLACEMENT_POLICIES
+        from optsched.placement import placement_policies
 
-        if placement_policy not in PLACEMENT_POLICIES:  # fail before a long solve, not after
+        if placement_policy not in placement_policies():  # fail before a long solve, not after
             raise OptschedError(
-                f"--placement-policy: unknown policy {placement_policy!r} (choose from {', '.join(PLACEMENT_POLICIES)})"
+                f"--placement-policy: unknown policy {placement_policy!r} (choose from {', '.join(placement_policies())})"
             )
     options = {"packing": True} if packing else {}
     if partitions != 1:
