@@ -393,7 +393,8 @@ def _field_of(msg: str) -> str | None:
 
 class _BodyLimit:
     """Reject bodies over ``max_bytes`` with 413 before the app parses them
-    (Content-Length, or counted while reading a chunked body)."""
+    (Content-Length, or counted while reading a chunked body); a body is read
+    as JSON whatever its Content-Type."""
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max = app, max_bytes
@@ -422,6 +423,9 @@ class _BodyLimit:
             if not msg.get("more_body"):
                 break
         whole, sent = b"".join(chunks), False
+        if whole:  # every body is JSON, whatever Content-Type says (curl -d sends form-urlencoded)
+            headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-type"]
+            scope = {**scope, "headers": headers + [(b"content-type", b"application/json")]}
 
         async def replay():
             nonlocal sent
