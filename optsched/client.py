@@ -21,6 +21,7 @@ scheduler loop can run against either. Errors raise ``ServiceError`` (an
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable
 
 import httpx
@@ -159,9 +160,24 @@ class RemoteSession:
             raise ServiceError(422, f"record: job {job_id!r} did not run on {gpu_type} in the last round", "gpu_type")
         return self.report({"job_id": job_id, "seconds": seconds})[0]
 
-    def next_round(self, now: float | None = None, expected_round: int | None = None) -> dict:
+    def next_round(self, now: float | None = None, expected_round: int | None = None, retries: int = 0,
+                   backoff: float = 0.5) -> dict:
+        """The next round. With ``expected_round`` and ``retries``, a lost answer
+        (connection error, server restart) is retried exactly once-safe: if the
+        server committed the round, that round is returned, never a second one."""
         body = {k: v for k, v in (("now", now), ("expected_round", expected_round)) if v is not None}
-        return self.client.request("POST", f"{self._base}/rounds", body)
+        for attempt in range(retries + 1):
+            try:
+                if attempt:
+                    last = self.last_round()
+                    if last is not None and last["round"] == expected_round:
+                        return last
+                return self.client.request("POST", f"{self._base}/rounds", body)
+            except httpx.TransportError:
+                if expected_round is None or attempt == retries:
+                    raise
+                time.sleep(backoff * 2**attempt)
+        raise AssertionError("unreachable")
 
     def last_round(self) -> dict | None:
         return self.client.request("GET", f"{self._base}/rounds/last")

@@ -4,6 +4,8 @@ session round trips, durability across SIGKILL, auth, limits and error codes."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import httpx
 import pytest
@@ -155,6 +157,13 @@ def test_sessions_are_isolated(server):
 # ---------------------------------------------------------------- durability
 
 
+def _try(fn, **kwargs):
+    try:
+        return fn(**kwargs)
+    except Exception as e:  # the server died under the request
+        return e
+
+
 def _round_key(r: dict) -> tuple:
     return (r["round"], r["time"], json.dumps(r["placement"], sort_keys=True), tuple(r["started"]),
             tuple(r["preempted"]), tuple(r["migrated"]), r["recomputed"])
@@ -166,9 +175,10 @@ def _jobs_key(state: dict) -> list:
 
 
 def test_sigkill_mid_session_then_restart_gives_the_same_rounds_as_an_uninterrupted_twin(tmp_path):
-    """Twin servers get identical requests; one is SIGKILLed three times — twice
-    after a progress report was answered and before the next round, once between
-    rounds — and restarted on its database. Every round and the final
+    """Twin servers get identical requests; one is SIGKILLed four times — twice
+    after a progress report was answered and before the next round, once while a
+    round request is in flight (the caller retries with expected_round), once
+    between rounds — and restarted on its database. Every round and the final
     bookkeeping must match the uninterrupted twin's exactly."""
     cfg = {"cluster": workload.CLUSTER, "policy": "max_min_fairness", "recompute_every": 4, "session_id": "twin"}
     twin = ServerProcess(tmp_path / "twin.db").start()
@@ -188,7 +198,19 @@ def test_sigkill_mid_session_then_restart_gives_the_same_rounds_as_an_uninterrup
             dc.before_round(sc)
             if r in (9, 21):
                 sc = restart()
-            lt, lc = dt.next_round(st), dc.next_round(sc)
+            if r == 15:  # killed while the round request is in flight: committed or not, never half
+                lt, lc = dt.next_round(st), None
+                box: dict = {}
+                call = threading.Thread(target=lambda: box.setdefault("out", _try(sc.next_round, expected_round=r)))
+                call.start()
+                time.sleep(0.01)
+                sc = restart()
+                call.join(60)
+                last = sc.last_round()
+                lc = last if last and last["round"] == r else sc.next_round(expected_round=r)  # the retry
+                dc.last = lc
+            else:
+                lt, lc = dt.next_round(st), dc.next_round(sc)
             if _round_key(lc) != _round_key(lt):
                 diag = {k: (sc.state()[k], st.state()[k]) for k in ("allocation", "allocator_state")}
                 pytest.fail(f"round {r} differs after a restart:\n{lc}\n{lt}\n{json.dumps(diag)[:20000]}")
@@ -261,3 +283,20 @@ def test_non_loopback_bind_without_token_is_refused(tmp_path):
     out = subprocess.run([str(exe), "serve", "--host", "0.0.0.0", "--db", str(tmp_path / "x.db")],
                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 2 and "--token" in out.stderr
+
+
+def test_client_retries_a_lost_round_answer_without_taking_a_second_round():
+    calls = []
+    committed = {"round": 3, "time": 1080.0, "placement": {}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append((request.method, request.url.path))
+        if request.method == "POST":
+            raise httpx.ConnectError("server restarting")  # the answer is lost; the round was committed
+        return httpx.Response(200, json=committed)
+
+    s = Client("http://test", transport=httpx.MockTransport(handler)).open_session("x")
+    assert s.next_round(expected_round=3, retries=2, backoff=0.0) == committed
+    assert [m for m, _ in calls] == ["GET", "POST", "GET"]
+    with pytest.raises(httpx.TransportError):
+        s.next_round()  # without expected_round a retry could take a second round: no retry
