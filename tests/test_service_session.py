@@ -186,3 +186,25 @@ def test_per_round_policies_match_the_simulators():
     from optsched.sim.stages import PER_ROUND_POLICIES
 
     assert session_module.per_round_policies() == frozenset(PER_ROUND_POLICIES)
+
+
+def test_elastic_jobs_get_configurations_and_iteration_times_refit_their_model():
+    cluster = {"gpus": {"t4": 8}, "servers": [{"id": "n0", "gpu_type": "t4", "gpus": 4},
+                                              {"id": "n1", "gpu_type": "t4", "gpus": 4}]}
+    gp = {"perf_params": {"t4": [0.05, 0.001, 0.2, 0.01, 0.05, 0.002, 2.0]}, "grad_sqr": 2.0, "grad_var": 30.0,
+          "init_batch_size": 64, "max_batch_size": 2048, "local_bsz": [8, 256], "max_gpus": 8}
+    s = Session.create({"cluster": cluster, "policy": "sia", "round_length": 60.0, "start_time": 600.0})
+    s.submit([{"id": "e0", "throughput": {"t4": 1.0}, "goodput": gp, "arrival_time": 0.0},
+              {"id": "e1", "throughput": {"t4": 1.0}, "goodput": gp, "arrival_time": 0.0}])
+    r = s.next_round()
+    assert r["recomputed"] and sum(len(g) for g in r["placement"].values()) <= 8 and r["placement"]
+    assert s.allocation().gpu_counts is not None
+    ran = next(iter(r["placement"]))
+    s.report({"job_id": ran, "steps": 10.0, "grad_sqr": 1.5, "iterations": [
+        {"gpu_type": "t4", "nodes": 1, "replicas": 4, "local_bsz": 32, "step_time": 0.2, "sync_time": 0.05},
+        {"gpu_type": "t4", "nodes": 1, "replicas": 2, "local_bsz": 64, "step_time": 0.3, "sync_time": 0.04},
+        {"gpu_type": "t4", "nodes": 2, "replicas": 8, "local_bsz": 16, "step_time": 0.25, "sync_time": 0.12}]})
+    assert s.next_round()["recomputed"]  # sia is re-decided every round, after the refit
+    spec = s.job(ran)["spec"]["goodput"]
+    assert spec["grad_sqr"] == 1.5 and spec["perf_params"]["t4"] != gp["perf_params"]["t4"]
+    assert 1.0 <= spec["perf_params"]["t4"][6] <= 10.0

@@ -204,9 +204,15 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
         return _json({"sessions": await _in_thread(store.session_ids, limit)})
 
     async def run(sid: str, fn, *args):
-        async with registry.lock(sid):
-            s = await registry.get(sid)
-            return await _in_thread(fn, s, *args)
+        lock = registry.lock(sid)
+        try:
+            async with lock:
+                s = await registry.get(sid)
+                return await _in_thread(fn, s, *args)
+        except NotFound:
+            if sid not in registry.sessions and not lock.locked():
+                registry.locks.pop(sid, None)  # unknown ids leave nothing behind
+            raise
 
     @app.get("/v1/sessions/{sid}", response_model=SessionOut, dependencies=v1, responses=ERRORS, tags=["sessions"])
     async def get_session(sid: str = SID):
@@ -218,6 +224,7 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
             if not await _in_thread(store.delete, sid):
                 raise NotFound(f"session {sid!r} not found")
             registry.drop(sid)
+            registry.locks.pop(sid, None)
         log.info("session %s deleted", sid)
         return _no_content()
 
