@@ -189,6 +189,45 @@ def test_water_filling_share_vector_matches_oracle(seed, weights):
     np.testing.assert_allclose(ours, expected, rtol=1e-5)
 
 
+def oracle_hierarchical(inst: Instance) -> np.ndarray:
+    """Per-tenant water filling by the textbook procedure: in each round an
+    unfrozen job m of tenant e needs share_m ≥ t · ω_e w_m / Σ_{unfrozen m' ∈ e} w_m'
+    (share without the job weight); maximize t, then freeze every job that
+    cannot rise above its bound with all others at theirs."""
+    norm = inst.scale_factor / equal_share(inst, inst.throughput)
+    tenants = sorted(set(inst.entity))
+    omega = {e: (inst.entity_weights or {}).get(e, 1.0) for e in tenants}
+    level = np.full(inst.n, np.nan)
+    while np.isnan(level).any():
+        live = np.flatnonzero(np.isnan(level))
+        w = np.zeros(inst.n)
+        for m in live:
+            e = inst.entity[m]
+            w[m] = omega[e] * inst.weight[m] / sum(inst.weight[i] for i in live if inst.entity[i] == e)
+        X, _, cons = oracle_base(inst)
+        share = cp.multiply(norm, cp.sum(cp.multiply(inst.throughput, X), axis=1))
+        done = np.flatnonzero(~np.isnan(level))
+        if len(done):
+            cons.append(share[done] >= level[done] * (1 - 1e-9))
+        t = cp.Variable()
+        t_val = cp.Problem(cp.Maximize(t), cons + [share[live] >= t * w[live]]).solve(solver=cp.HIGHS)
+        for m in live:
+            up = cp.Problem(cp.Maximize(share[m] / w[m]), cons + [share[live] >= t_val * w[live] * (1 - 1e-9)]).solve(solver=cp.HIGHS)
+            if up <= t_val * (1 + 1e-6):
+                level[m] = t_val * w[m]
+    return level
+
+
+@pytest.mark.parametrize("seed", [13, 14])
+def test_hierarchical_share_vector_matches_oracle(seed):
+    rng = np.random.default_rng(seed)
+    inst = random_instance(rng, 9)
+    inst = dataclasses.replace(inst, entity=tuple(rng.choice(["a", "b", "c"], inst.n)), entity_weights={"a": 1.0, "b": 2.0})
+    X = solve_instance(inst, "max_min_fairness_hierarchical").fractions
+    ours = (inst.throughput * X).sum(axis=1) * inst.scale_factor / equal_share(inst, inst.throughput)
+    np.testing.assert_allclose(ours, oracle_hierarchical(inst), rtol=1e-5)
+
+
 @pytest.mark.parametrize("solver", ["ipm", "clarabel", "highs", "highs-simplex"])
 def test_water_filling_is_the_same_leximin_vector_with_every_backend(solver):
     inst = random_instance(np.random.default_rng(21), 30)

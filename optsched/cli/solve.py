@@ -26,7 +26,7 @@ def example_snapshot_text() -> str:
 def solve(
     snapshot: Optional[Path] = typer.Argument(None, help="Snapshot JSON (`-` for stdin); the built-in example if omitted."),
     policy: str = typer.Option("max_min_fairness", "--policy", "-p", help="Scheduling policy (see `optsched policies`)."),
-    solver: str = typer.Option("auto", "--solver", help="auto (block IPM; HiGHS IPM with --packing) | ipm | clarabel | highs (IPM) | highs-simplex"),
+    solver: str = typer.Option("auto", "--solver", help="auto (block IPM or CLARABEL by size; HiGHS IPM with --packing) | ipm | clarabel | highs (IPM) | highs-simplex"),
     time_limit: float = typer.Option(60.0, "--time-limit", help="Solver time limit, seconds."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     packing: bool = typer.Option(False, "--packing", help="Allow space sharing (policies that support it)."),
