@@ -188,6 +188,10 @@ class RemoteSession:
     def job(self, job_id: str) -> dict:
         return self.client.request("GET", f"{self._base}/jobs/{job_id}")
 
+    def jobs(self, finished: bool = False, limit: int = 1000, offset: int = 0) -> list[dict]:
+        params = {"finished": str(finished).lower(), "limit": limit, "offset": offset}
+        return self.client.request("GET", f"{self._base}/jobs", params=params)["jobs"]
+
     def events(self, after: int = -1, limit: int = 1000) -> list[dict]:
         return self.client.request("GET", f"{self._base}/events", params={"after": after, "limit": limit})["events"]
 

@@ -300,3 +300,48 @@ def test_client_retries_a_lost_round_answer_without_taking_a_second_round():
     assert [m for m, _ in calls] == ["GET", "POST", "GET"]
     with pytest.raises(httpx.TransportError):
         s.next_round()  # without expected_round a retry could take a second round: no retry
+
+
+def test_concurrent_requests_to_one_session_are_serialized(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = Client(server.url).session({"gpus": {"v100": 2}}, session_id="serial")
+    s.submit([{"id": f"j{i}", "throughput": {"v100": 1.0}} for i in range(5)])
+
+    def go(i):
+        with Client(server.url) as c:
+            c.open_session("serial").submit([{"id": f"k{i}", "throughput": {"v100": 1.0}}])
+            return c.open_session("serial").next_round()["round"]
+
+    with ThreadPoolExecutor(16) as pool:
+        rounds = sorted(pool.map(go, range(16)))
+    assert rounds == list(range(16))  # every request got its own round, none lost or doubled
+    st = s.state()
+    assert st["round"] == 16 and st["version"] == 1 + 16 + 16 and len(st["jobs"]) == 21
+    assert [e["seq"] for e in s.events()] == list(range(34))
+    assert len(s.jobs()) == 21 and s.jobs(finished=True) == []
+
+
+def test_sessions_evicted_from_memory_load_again_from_the_database(tmp_path):
+    import asyncio
+
+    from optsched.service.app import create_app
+    from optsched.service.models import Limits
+
+    app = create_app(str(tmp_path / "db"), limits=Limits(max_sessions_cached=2))
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as http:
+            for i in range(5):
+                r = await http.post("/v1/sessions", json={"cluster": {"gpus": {"v100": 1}}, "session_id": f"s{i}"})
+                assert r.status_code == 201
+                await http.post(f"/v1/sessions/s{i}/jobs", json={"jobs": [{"id": "a", "throughput": {"v100": 1.0}}]})
+            assert len(app.state.registry.sessions) <= 2
+            for i in range(5):
+                r = await http.post(f"/v1/sessions/s{i}/rounds", json={})
+                assert r.status_code == 200 and r.json()["placement"]["a"][0]["gpu_type"] == "v100"
+            assert len(app.state.registry.sessions) <= 2
+            assert (await http.get("/v1/sessions/none/jobs/a")).status_code == 404
+            assert "none" not in app.state.registry.locks
+
+    asyncio.run(scenario())

@@ -8,6 +8,7 @@
     GET  /v1/sessions/{sid}                        the session's state
     DELETE /v1/sessions/{sid}
     POST /v1/sessions/{sid}/jobs                   submit jobs
+    GET  /v1/sessions/{sid}/jobs                   active (or ?finished=true) jobs
     GET  /v1/sessions/{sid}/jobs/{job_id}
     PATCH /v1/sessions/{sid}/jobs/{job_id}         update a job
     POST /v1/sessions/{sid}/jobs/{job_id}/finish
@@ -233,6 +234,13 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
         if len(body.jobs) > limits.max_jobs:
             raise OptschedError(f"jobs: {len(body.jobs)} jobs exceed the server's limit of {limits.max_jobs}")
         return _json({"jobs": await run(sid, Session.submit, body)})
+
+    @app.get("/v1/sessions/{sid}/jobs", response_model=JobsOut, dependencies=v1, responses=ERRORS, tags=["sessions"])
+    async def list_jobs(sid: str = SID, finished: bool = Query(False, description="Finished jobs instead of active ones."),
+                        limit: int = Query(1000, ge=1, le=100_000), offset: int = Query(0, ge=0, le=2**62)):
+        if finished:
+            return _json({"jobs": await run(sid, Session.finished_jobs, limit, offset)})
+        return _json({"jobs": (await run(sid, Session.state))["jobs"][offset:offset + limit]})
 
     @app.get("/v1/sessions/{sid}/jobs/{job_id}", response_model=JobOut, dependencies=v1, responses=ERRORS,
              tags=["sessions"])
