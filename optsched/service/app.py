@@ -33,6 +33,7 @@ import json
 import logging
 import re
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -287,7 +288,7 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
 
 # ---------------------------------------------------------------------- work in threads
 
-_LIMITER: list = []  # one CapacityLimiter per process, created inside the event loop
+_LIMITERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per event loop
 
 
 async def _in_thread(fn, *args):
@@ -295,9 +296,11 @@ async def _in_thread(fn, *args):
     (`optsched serve --threads`). A thread waits for its change's group commit,
     so enough threads let commits group; the work itself holds the GIL
     (bench/service_load.py, 100 clients: 4 threads 158 req/s, 16 threads 198)."""
-    if not _LIMITER:
-        _LIMITER.append(anyio.CapacityLimiter(WORKER_THREADS))
-    return await anyio.to_thread.run_sync(fn, *args, limiter=_LIMITER[0])
+    loop = asyncio.get_running_loop()
+    limiter = _LIMITERS.get(loop)
+    if limiter is None:
+        limiter = _LIMITERS[loop] = anyio.CapacityLimiter(WORKER_THREADS)
+    return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
 
