@@ -15,15 +15,16 @@ with g = 0, lower 1 (both divided through for scaling: the same rows as
 share_m ≥ t w_m and share_m ≥ level_m). A job is frozen at
 level_m = t_r w_m^(r) when it cannot rise above it in any optimal solution of
 round r. Gavel finds these jobs with a MILP per round; we read them off the
-duals instead: an interior-point solver (CLARABEL) returns a strictly
-complementary dual, whose multiplier on ``share_m ≥ t w_m`` is positive exactly
-when share_m = t w_m in every optimal solution (Goldman–Tucker). The block
-IPM, CLARABEL and HiGHS IPM without crossover all return such interior duals;
-with a vertex dual (simplex) a positive multiplier still proves the job stuck
+duals instead: an interior-point solver returns a strictly complementary
+dual, whose multiplier on ``share_m ≥ t w_m`` is positive exactly when
+share_m = t w_m in every optimal solution (Goldman–Tucker). The block IPM,
+CLARABEL and HiGHS IPM without crossover all return such interior duals; with
+a vertex dual (simplex) a positive multiplier still proves the job stuck
 (complementary slackness), only some stuck jobs may wait a round. Each round
-freezes at least one job (the multipliers sum to 1), so there are at most n rounds; in practice one per distinct
-share level. The first round is max_min_fairness, so the minimum share equals
-its objective; the result is the leximin (water-filled) allocation.
+freezes at least one job (the multipliers sum to 1), so there are at most n
+rounds; in practice one per distinct share level. The first round is
+max_min_fairness, so the minimum share equals its objective; the result is
+the leximin (water-filled) allocation.
 
 ``weights`` (a function of the frozen mask, returning w^(r)) lets the
 hierarchical policy re-split a tenant's weight among its unfrozen jobs.
@@ -31,10 +32,9 @@ hierarchical policy re-split a tenant's weight among its unfrozen jobs.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
-
-import logging
 
 import numpy as np
 
