@@ -25,6 +25,8 @@ from optsched.runtime.spec import EXAMPLE_CSV, RunJob, workload_command
 from optsched.runtime.workloads.regression import digest, train
 
 ROOT = Path(__file__).resolve().parents[1]
+# subprocess (fork + exec) after JAX was imported by another test module: exec follows at once.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 
 
 # ---------------------------------------------------------------- helpers (the Ray test imports them)

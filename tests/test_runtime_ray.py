@@ -11,6 +11,8 @@ import os
 import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'optsched[ray]')")
+# subprocess (fork + exec) after JAX was imported by another test module: exec follows at once.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 
 from test_runtime import (assert_full_progress, assert_no_slot_shared, regression_job,  # noqa: E402
                           wait_gone)
