@@ -267,7 +267,7 @@ def simulate(
     if as_json:
         typer.echo(json.dumps(r.summary, indent=2, default=_json_default))
         return
-    console.print(_summary_table({policy: r.summary}, f"{len(tr)} jobs from {tr.source or tr.format} on {_cluster_text(cl)}"))
+    console.print(_summary_table({policy: r.summary}, f"{len(tr)} jobs from {_source(tr)} on {_cluster_text(cl)}"))
     if out:
         console.print(f"wrote {out}/: {', '.join(files)}")
 
@@ -276,6 +276,10 @@ def _json_default(x):
     from optsched.sim import _plain
 
     return _plain(x)
+
+
+def _source(tr) -> str:
+    return Path(tr.source).name if tr.source and ("/" in tr.source or "\\" in tr.source) else (tr.source or tr.format)
 
 
 def _cluster_text(cl) -> str:
@@ -340,7 +344,7 @@ def compare(
         typer.echo(json.dumps({p: r.summary for p, r in results.items()}, indent=2, default=_json_default))
         return
     console.print(_summary_table({p: r.summary for p, r in results.items()},
-                                 f"{len(tr)} jobs from {tr.source or tr.format} on {_cluster_text(cl)}"))
+                                 f"{len(tr)} jobs from {_source(tr)} on {_cluster_text(cl)}"))
     if out:
         console.print(f"wrote {out}/: <policy>_jobs|rounds.(csv|parquet), <policy>_summary.json, jct_cdf.png")
 

@@ -87,10 +87,11 @@ def check_run(trace, policy: str, solver: str = "auto", packing: bool = False, t
 
     if policy not in policy_names():
         raise OptschedError(f"--policy: unknown policy {policy!r} (choose from {', '.join(policy_names())})")
-    from optsched.policy import DIRECT_SOLVERS
+    from optsched import solvers
 
-    if solver != "auto" and solver not in SOLVERS and solver not in DIRECT_SOLVERS:
-        raise OptschedError(f"--solver: unknown solver {solver!r} (choose from auto, {', '.join((*SOLVERS, *DIRECT_SOLVERS))})")
+    known = dict.fromkeys(("auto", *SOLVERS, *getattr(solvers, "SOLVER_ALIASES", {})))
+    if solver not in known:
+        raise OptschedError(f"--solver: unknown solver {solver!r} (choose from {', '.join(known)})")
     elastic = elastic_rows(trace)
     kind = f"{trace.format} trace"
     if elastic.any():

@@ -47,7 +47,7 @@ import numpy as np
 
 from optsched.model import Cluster, OptschedError
 from optsched.sim.jobs import JobArrays
-from optsched.sim.policy_step import ClassSolveCache, choose_solver, compute_allocation
+from optsched.sim.policy_step import ClassSolveCache, compute_allocation
 from optsched.sim.stages import (
     PER_ROUND_POLICIES, ROUND_COLUMNS, ActiveSet, LoopState, SimState, admit, allocate, apply_progress, instance,
     observe, round_record, should_recompute, simulated_progress,
@@ -155,7 +155,7 @@ def simulate_jobs(
     from optsched.sim.jobs import server_gpus
 
     config.validate()
-    solver = choose_solver(config.policy, config.solver)
+    solver = config.solver  # "auto": optsched.policy picks the backend per problem
     round_length = config.resolved_round_length(jobs.any_elastic)
     allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=round_length,
                           **config.allocator_options)

@@ -105,6 +105,7 @@ def summarize(df: pd.DataFrame, rounds: pd.DataFrame, info: dict, window=None, s
     last = float(df["completion_time"].max()) if done.any() or df["completion_time"].notna().any() else float("nan")
     resp = df["responsiveness"].dropna().to_numpy()
     rho = df.loc[done, "ftf_rho"].to_numpy() if "ftf_rho" in df else np.zeros(0)
+    rho = rho[np.isfinite(rho)]  # elastic jobs have no isolated run time
     util_cols = [c for c in rounds.columns if c.startswith("util_")]
     w = rounds["duration"].to_numpy() if len(rounds) else np.zeros(0)
     out.update(

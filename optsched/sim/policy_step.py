@@ -25,24 +25,6 @@ from optsched.model import Allocation, Instance
 SYMMETRIC_POLICIES = frozenset({"max_min_fairness", "max_min_fairness_agnostic"})
 
 
-def choose_solver(policy: str, solver: str) -> str:
-    """The solver string passed to the policy. ``"auto"`` is mapped HERE, and
-    only here, until optsched.policy picks the backend itself (then delete
-    this mapping and pass "auto" through)."""
-    from optsched.solvers import SOLVERS
-
-    if solver != "auto" or "auto" in SOLVERS:
-        return solver
-    from optsched.policy import _module
-
-    mod, _ = _module(policy)
-    if policy in ("pollux", "sia", "hadar"):
-        return "highs"  # configuration MILPs
-    # CLARABEL called directly: an interior-point solution like the cvxpy path
-    # (and Gavel's ECOS), and the fastest backend on these small LPs.
-    return "clarabel-direct" if hasattr(mod, "build_lp") and not hasattr(mod, "allocate") else "clarabel"
-
-
 class ClassSolveCache:
     """The last class-merged solve of one simulation, keyed by everything the
     class program reads. When a recomputation finds the same classes (rows,
