@@ -22,9 +22,11 @@ stage (DESIGN.md §11):
 document (``state_document()``); every change is written to the store before
 the method returns, and the in-memory state is then re-read from that very
 JSON text. Every decision is computed from that document alone: the allocator
-is loaded from its stored ``state()`` at every round and the allocation in
-force is rebuilt from its stored arrays, so a session restored from the
-database decides exactly as one that never stopped. No wall clock enters a
+holds exactly its stored ``state()`` (reloaded from it whenever its memory
+might differ: after a restart, a failure, or in another process) and the
+allocation in force is rebuilt from its stored arrays each round, so a
+session restored from the database decides exactly as one that never
+stopped (tests: live vs reloaded vs SIGKILLed and restarted). No wall clock enters a
 decision: the session clock is ``time`` (seconds), advanced by rounds.
 
 Units: times are session seconds; ``steps_done`` in steps (the unit of the
