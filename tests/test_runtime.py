@@ -330,14 +330,14 @@ class VirtualExecutor:
         pass
 
 
-def _virtual_run(tmp_path, name: str, overhead: float, round_length: float):
+def _virtual_run(tmp_path, name: str, overhead: float, round_length: float, poll: float = 0.005):
     from optsched.runtime.loop import RunConfig
     from optsched.traces.io import read_trace
 
     trace = read_trace(ROOT / "examples" / "workloads" / "small.csv")
     rates = {r.job_id: r.steps_total / r.duration for r in trace.jobs.itertuples()}
     ex = VirtualExecutor("slot=2", rates, overhead)
-    cfg = RunConfig(round_length=round_length, poll_interval=0.005, throughputs="trace")
+    cfg = RunConfig(round_length=round_length, poll_interval=poll, throughputs="trace")
     return trace, run(trace, ex, cfg, run_dir=str(tmp_path / name))
 
 
@@ -358,8 +358,20 @@ def test_runtime_with_virtual_jobs_reproduces_the_simulator(tmp_path):
 
 
 def test_runtime_decisions_are_deterministic_given_the_same_progress(tmp_path):
-    _, a = _virtual_run(tmp_path, "a", 0.3, 2.0)
-    _, b = _virtual_run(tmp_path, "b", 0.3, 2.0)
+    _, a = _virtual_run(tmp_path, "a", 0.3, 2.0, poll=0.02)
+    _, b = _virtual_run(tmp_path, "b", 0.3, 2.0, poll=0.02)
     cols = ["job_id", "incarnation", "slots", "launch_at", "exit_at", "outcome"]
     pd_a, pd_b = a.launches[cols].round(6), b.launches[cols].round(6)
     assert pd_a.equals(pd_b)
+
+
+def test_slot_speed_emulates_a_slower_type_and_the_runtime_measures_it(tmp_path):
+    from optsched.runtime.loop import RunConfig
+
+    jobs = [regression_job("a", 300), regression_job("b", 300), regression_job("c", 300, arrival=0.5)]
+    cfg = RunConfig(round_length=1.0, slot_speed={"slow": 0.5}, max_time=60)
+    res = run(jobs, "local", cfg, cluster="fast=1,slow=1", run_dir=str(tmp_path / "run"))
+    assert res.summary["jobs_completed"] == 3
+    thr = res.summary["throughput_by_type"]
+    assert thr["slow"] < 0.8 * thr["fast"], thr  # 0.5 on an idle machine
+    assert_no_slot_shared(res)

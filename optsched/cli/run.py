@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from optsched.cli.common import app, console, err_console, user_errors
+from optsched.model import OptschedError
 
 
 def _num(v, fmt="{:.2f}"):
@@ -35,6 +36,9 @@ def run_command(
     step_scale: float = typer.Option(1.0, "--step-scale", help="Multiply every job's steps."),
     max_time: Optional[float] = typer.Option(None, "--max-time", help="Stop every job after this many seconds."),
     seed: int = typer.Option(0, "--seed"),
+    slot_speed: Optional[str] = typer.Option(None, "--slot-speed", help="Emulate slower slot types on identical "
+                                             "hardware: TYPE=SPEED,... with SPEED in (0, 1] (slow=0.5: steps take "
+                                             "twice as long)."),
     throughputs: str = typer.Option("measured", "--throughputs", help="What the policy sees: measured steps/s per "
                                     "slot type (the trace's estimate until a job ran), or trace (estimates only)."),
     run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Job directories (lease, progress, checkpoint, "
@@ -52,7 +56,17 @@ def run_command(
         trace = example_trace_path(tempfile.mkdtemp(prefix="optsched-example-"))
     if not Path(trace).exists():
         raise FileNotFoundError(2, "No such file", trace)
-    cfg = RunConfig(policy=policy, round_length=round_length, grace=grace, placement=placement, seed=seed,
+    speeds = {}
+    for part in (slot_speed or "").split(","):
+        if part.strip():
+            name, eq, v = part.partition("=")
+            try:
+                speeds[name.strip()] = float(v)
+            except ValueError:
+                raise OptschedError(f"--slot-speed: {part!r} is not TYPE=SPEED") from None
+            if not eq:
+                raise OptschedError(f"--slot-speed: {part!r} is not TYPE=SPEED")
+    cfg = RunConfig(slot_speed=speeds, policy=policy, round_length=round_length, grace=grace, placement=placement, seed=seed,
                     max_time=max_time, throughputs=throughputs)
 
     def on_round(r: dict) -> None:

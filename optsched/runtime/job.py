@@ -33,6 +33,10 @@ The runtime talks to the job through files in the job's run directory
     atomically, so a kill during the write leaves the previous checkpoint.
 
 Exit codes: 0 finished, 75 preempted (checkpoint saved), anything else failed.
+
+``$OPTSCHED_SLOT_SLOWDOWN`` (set by ``optsched run --slot-speed``) emulates a
+slower slot type on identical hardware: ``steps()`` stretches every step to
+that many times its duration (a sleep, so the CPU stays free).
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ class Lease:
         os.makedirs(job_dir, exist_ok=True)
         self.slots = [s for s in slots.split(",") if s]
         self.parent_pid = parent_pid
+        self.slowdown = max(float(os.environ.get("OPTSCHED_SLOT_SLOWDOWN", "1") or 1), 1.0)
         self.report_interval = report_interval
         self.started_at = time.time()
         self.incarnation = os.environ.get("OPTSCHED_INCARNATION")
@@ -217,6 +222,8 @@ class Lease:
                 self._first_step_at = t
                 self.report(force=True)
             yield self.steps_done
+            if self.slowdown > 1.0:  # an emulated slower slot type: the step takes `slowdown` times as long
+                time.sleep((time.time() - t) * (self.slowdown - 1.0))
             end = time.time()
             self.step_done(end - t, end)
             if self.steps_done < total and self.should_stop():

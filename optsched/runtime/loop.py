@@ -78,8 +78,14 @@ class RunConfig:
     # What the policy sees as a job's steps/s: "measured" (per slot type, as soon as the job has run; the
     # trace's estimate until then) or "trace" (the trace's estimate only, as the simulator: for comparisons).
     throughputs: str = "measured"
+    # Emulated speeds of slot types on identical hardware ({"slow": 0.5}: its steps take twice as long);
+    # the job library stretches each step (OPTSCHED_SLOT_SLOWDOWN). Types not named run at 1.
+    slot_speed: dict = field(default_factory=dict)
 
     def validate(self) -> None:
+        for t, v in self.slot_speed.items():
+            if not 0 < v <= 1:
+                raise OptschedError(f"--slot-speed: {t}={v:g} must be in (0, 1] (a slower type than the hardware)")
         if self.throughputs not in ("measured", "trace"):
             raise OptschedError(f"--throughputs: {self.throughputs!r} is not measured or trace")
         if not self.round_length > 0:
@@ -219,6 +225,9 @@ class Runtime:
         self.executor = executor
         self.cluster: Cluster = executor.cluster
         self.types = list(self.cluster.gpus)
+        unknown = sorted(set(config.slot_speed) - set(self.types))
+        if unknown:
+            raise OptschedError(f"--slot-speed: unknown slot type {unknown[0]!r} (cluster has {', '.join(self.types)})")
         for j in jobs:
             if not any(j.scale_factor <= c for c in self.cluster.gpus.values()):
                 raise OptschedError(f"job {j.job_id}: needs {j.scale_factor} slots, more than any type has "
@@ -526,6 +535,9 @@ class Runtime:
         launch_at = self.now()
         n = len(s.runs)
         env = {**s.job.env, "OPTSCHED_INCARNATION": str(n)}
+        speed = self.cfg.slot_speed.get(slots[0].gpu_type)
+        if speed is not None and speed < 1:
+            env["OPTSCHED_SLOT_SLOWDOWN"] = f"{1.0 / speed:.6g}"
         try:
             handle = self.executor.launch(Launch(j, s.job.command, slots, self._job_dir(j), env))
         except (OptschedError, OSError) as e:
