@@ -80,7 +80,12 @@ def run_command(
         res.write(out)
     s = res.summary
     if json_out:
-        console.print_json(json.dumps({k: v for k, v in s.items()}, default=str))
+        def clean(v):
+            if isinstance(v, float) and math.isnan(v):
+                return None  # strict JSON
+            return {k: clean(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+        console.print_json(json.dumps(clean(s), default=str))
     else:
         t = Table(title=f"optsched run · {s['executor']} · {s['policy']} · "
                         f"{', '.join(f'{k}={v}' for k, v in s['cluster'].items())} · rounds of {s['round_length']:g} s",
