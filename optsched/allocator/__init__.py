@@ -194,22 +194,24 @@ class Allocator:
         if reset and av.absent:
             raise OptschedError(f"allocation: job {av.absent[0]!r} is not among the active jobs "
                                 f"(the allocation was computed for other jobs)")
+        # Jobs that left without remove(): decide as if they were gone (as a
+        # restore from the next snapshot would), forget them once committed.
         gone = self._gone(ids, at)
-        if gone:  # validated: forget them before deciding, as a restore from the next snapshot would
-            log.warning("jobs %s left without remove(); removed", ", ".join(map(repr, sorted(gone))))
-            self._forget(gone)
-            at = rows_of(st.jobs, ids, self._cache)
+        lease = st.lease.without(gone) if gone else st.lease
         per = period(st, reset)
         books = gather(st, per, at, ids, self.seed)
         units = self._units(view, av, books, per)
-        seats = seat(units, ids, st.lease, self.cols, self.placement_options)
+        seats = seat(units, ids, lease, self.cols, self.placement_options)
         seats.notes[:0] = av.notes
-        diff = round_diff(ids, seats, st.lease, books.running.tolist(), self._slots, round_no=self._round)
+        diff = round_diff(ids, seats, lease, books.running.tolist(), self._slots, round_no=self._round)
         commit(st, RoundBooks(ids, at, av.x, books, per, av.pairs, seats, diff), self.seed, self._cache)
         st.adopt_next = False
-        self._cache["last"] = (allocation, view, st.jobs.version)
         self._credits = {}
         self._round += 1
+        if gone:
+            log.warning("jobs %s left without remove(); removed", ", ".join(map(repr, sorted(gone))))
+            self._forget(gone)
+        self._cache["last"] = (allocation, view, st.jobs.version)
         return diff.placement
 
     def _is_reset(self, allocation: Allocation, view: JobsView, at, av: AllocationView) -> bool:
@@ -231,7 +233,7 @@ class Allocator:
     def _units(self, view: JobsView, av: AllocationView, books: Books, per: Period) -> Units:
         if av.counts is not None:
             return units_from_counts(av.counts)
-        ids, gpus = view.ids, self._state.lease.gpus
+        ids, gpus = view.ids, self._state.lease.gpus  # a gone job's GPUs are never asked for
         standing = Standing(av.x, books.received, books.present, books.deficit, books.tiebreak, books.ever, av.covered,
                             view.usable, view.widths, lambda m: gpus.get(ids[m], ()))
         pairs = [PairEntry(a, b, xp, per.pairs.get(pair_key(ids[a], ids[b]))) for a, b, xp in av.pairs]

@@ -184,10 +184,12 @@ class Lease:
     # (derived: rebuilt from gpus when missing).
     slots: dict[str, tuple[GpuSlot, ...]] = field(default_factory=dict)
 
-    def drop(self, job_id: str) -> None:
-        self.gpus.pop(job_id, None)
-        self.unit.pop(job_id, None)
-        self.slots.pop(job_id, None)
+    def without(self, gone: set[str]) -> "Lease":
+        """The lease once ``gone`` jobs have left: a pair partner that stays
+        now holds its GPUs alone."""
+        unit = {j: (j if isinstance(u, tuple) and gone & set(u) else u) for j, u in self.unit.items() if j not in gone}
+        return Lease({j: g for j, g in self.gpus.items() if j not in gone}, unit,
+                     {j: a for j, a in self.slots.items() if j not in gone})
 
 
 @dataclass
@@ -207,12 +209,9 @@ class AllocatorState:
         """Drop jobs (finished or gone) with their pairs and GPUs."""
         for j in gone:
             self.jobs.drop(j)
-            self.lease.drop(j)
         for key in [p for p in self.pairs if gone & set(p)]:
             del self.pairs[key]
-        for j, u in list(self.lease.unit.items()):  # a pair partner now runs alone
-            if isinstance(u, tuple) and gone & set(u):
-                self.lease.unit[j] = j
+        self.lease = self.lease.without(gone)
         t = self.jobs
         if len(t.ids) > 64 and len(t.row) < len(t.ids) // 2:
             t.compact()
