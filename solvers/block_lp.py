@@ -38,14 +38,13 @@ import numpy as np
 
 BLOCK_BACKENDS = ("auto", "ipm", "clarabel", "highs-ipm", "highs-simplex")
 # ``auto`` by the number of X entries after merging identical jobs (measured on
-# max-min instances, 2 cores): between the two bounds CLARABEL's compiled LDL
+# max-min instances, 2 cores): up to the bound CLARABEL's compiled LDL
 # beats the IPM's per-iteration numpy overhead (100 jobs × 3 types 5 ms vs
-# 11 ms; ~150 merged classes of 1,000 Gavel jobs 9 ms vs 23 ms); above the upper
-# bound the IPM's O(n k²) iterations win (2,048 × 3: 0.10 vs 0.29 s); below the
-# lower one both take a few ms and the IPM, pure numpy, spares a cold process
-# the 0.2–0.4 s import of scipy.sparse that CLARABEL's interface needs.
+# 11 ms; ~150 merged classes of 1,000 Gavel jobs 9 ms vs 23 ms); above it
+# the IPM's O(n k²) iterations win (2,048 × 3: 0.10 vs 0.29 s). Small
+# programs stay with CLARABEL even though its interface imports scipy.sparse
+# (0.15–0.4 s in a cold process): a simulation solves thousands of them.
 AUTO_IPM_ENTRIES = 3000
-AUTO_SMALL_ENTRIES = 300
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,7 @@ def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0) -> Block
     if backend == "auto":
         size = lp.n * lp.k
         backend = "highs-ipm" if lp.pairs is not None else (
-            "clarabel" if AUTO_SMALL_ENTRIES < size <= AUTO_IPM_ENTRIES else "ipm")
+            "clarabel" if size <= AUTO_IPM_ENTRIES else "ipm")
     if backend == "ipm" and lp.pairs is None:
         try:
             with np.errstate(all="ignore"):
@@ -448,6 +447,7 @@ def _ipm(lp: BlockLP, deadline: float) -> BlockSolution:
     scale_p = 1.0 + float(np.abs(P.h).max())
     scale_d = 1.0 + max(float(np.abs(P.qx).max()), abs(P.qz))
     best, best_merit, status, it = None, np.inf, "iteration limit", 0
+    history: list[float] = []  # best merit after each iteration
     for it in range(1, MAX_ITERATIONS + 1):
         gx, gz = P.GT(lam)
         rdx, rdz = P.qx + gx, P.qz + gz
@@ -468,8 +468,12 @@ def _ipm(lp: BlockLP, deadline: float) -> BlockSolution:
         if merit <= 1.0:
             status = "optimal"
             break
-        if merit > 1e6 * best_merit or time.perf_counter() > deadline:
-            status = "stalled" if merit > 1e6 * best_merit else "time_limit"
+        history.append(best_merit)
+        # No tenfold progress in 10 iterations: an infeasible program (the IPM has
+        # no certificate; the general backend proves it) or numerics gone flat.
+        stalled = merit > 1e6 * best_merit or (it > 20 and best_merit > 0.1 * history[-11])
+        if stalled or time.perf_counter() > deadline:
+            status = "stalled" if stalled else "time_limit"
             break
         w = lam / s
         newton = _Newton(P, w)
