@@ -1,0 +1,125 @@
+"""`optsched sweep`: the cross product of simulations, local or on Ray, resumable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from optsched.cli.common import app, console, err_console, user_errors
+
+
+def _split(value: Optional[str]) -> Optional[list[str]]:
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _parse_options(items: list[str]) -> dict:
+    """``--set round_length=60 --set admission=load``: values parsed as JSON when they can be."""
+    import json
+
+    from optsched.model import OptschedError
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise OptschedError(f"--set: expected KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except ValueError:
+            out[k.strip()] = v
+    return out
+
+
+@app.command()
+@user_errors
+def sweep(
+    trace: Optional[str] = typer.Argument(None, help="Trace file, or a generator: gavel | bursty (load = jobs/h)."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Sweep file (TOML, YAML, or a previous DIR/sweep.json); flags override it."),
+    policies: Optional[str] = typer.Option(None, "--policies", help="Comma-separated policies (auto for policy synthesis)."),
+    loads: Optional[str] = typer.Option(None, "--loads", help="Comma-separated loads: jobs/h for generators, arrival-rate multipliers for files (default 1)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds (default 0)."),
+    cluster: Optional[list[str]] = typer.Option(None, "--cluster", help="v100=8,p100=8 or 16x4; repeat for several cluster shapes."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", help="Jobs: generated count, or the first N jobs of a file."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="simulate option KEY=VALUE (round_length=60, admission=load, ...); repeatable."),
+    auto_every: Optional[int] = typer.Option(None, "--auto-every", help="auto: decide every K rounds (default 10)."),
+    auto_horizon: Optional[float] = typer.Option(None, "--auto-horizon", help="auto: look-ahead horizon, seconds (default 2 × K rounds)."),
+    auto_metric: Optional[str] = typer.Option(None, "--auto-metric", help="auto: jct | responsiveness | mix."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local (process pool, default) | ray | serial."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Parallel runs (default: the machine's cores)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray: join this cluster (else a local ray.init)."),
+    out: Path = typer.Option(Path("sweep-out"), "--out", help="Output folder (resumable: finished runs are kept)."),
+    keep_failed: bool = typer.Option(False, "--keep-failed", help="Do not retry runs that failed before."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Run policies × loads × seeds × clusters; one tidy table in DIR/results.{parquet,csv}."""
+    from optsched.model import OptschedError
+    from optsched.sweep import read_spec_file, run_sweep, spec_from_dict
+
+    d = dict(read_spec_file(file)) if file else {}
+    if trace is not None:
+        d["trace"] = trace
+    for key, value in (("policies", _split(policies)), ("loads", _split(loads)), ("seeds", _split(seeds)),
+                       ("executor", executor), ("workers", workers), ("address", address)):
+        if value is not None:
+            d[key] = value
+    if cluster:
+        d.pop("cluster", None)
+        d["clusters"] = list(cluster)
+    if jobs is not None:
+        d["trace_options"] = {**(d.get("trace_options") or {}), "jobs": jobs}
+    if set_:
+        d["options"] = {**(d.get("options") or {}), **_parse_options(set_)}
+    auto = dict(d.get("auto") or {})
+    for key, value in (("every", auto_every), ("horizon", auto_horizon), ("metric", auto_metric)):
+        if value is not None:
+            auto[key] = value
+    if auto:
+        d["auto"] = auto
+    if not d.get("trace"):
+        raise OptschedError("sweep: give a TRACE (a file, or gavel | bursty) or --file")
+    if not d.get("policies"):
+        raise OptschedError("--policies: give at least one policy")
+    spec = spec_from_dict(d)
+    show = not quiet and err_console.is_terminal
+
+    if show:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        with Progress(TextColumn("[bold]sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
+                      TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=err_console, transient=True) as bar:
+            task = bar.add_task("sweep", total=None, failed=0)
+            state = {"failed": 0}
+
+            def progress(done, total, row):
+                if row is not None and row["status"] != "ok":
+                    state["failed"] += 1
+                bar.update(task, completed=done, total=total, failed=state["failed"])
+
+            res = run_sweep(spec, out, progress=progress, retry_failed=not keep_failed)
+    else:
+        res = run_sweep(spec, out, retry_failed=not keep_failed)
+    t = res.table
+    ok = int((t["status"] == "ok").sum()) if len(t) else 0
+    console.print(f"{res.total} runs: {res.executed} executed, {res.reused} already done, "
+                  f"{ok} ok, {res.total - ok} failed  wall {res.wall_seconds:.1f} s  executor {spec.executor}",
+                  highlight=False)
+    if len(t) and res.total - ok:
+        for _, r in t[t["status"] != "ok"].iterrows():
+            err_console.print(f"failed {r['run_id']} ({r['policy']}, load {r['load']:g}, seed {r['seed']}): {r['error']}",
+                              highlight=False, soft_wrap=True)
+    if len(t) and ok:
+        cols = [c for c in ("avg_jct", "avg_responsiveness", "makespan") if c in t]
+        agg = t[t["status"] == "ok"].groupby(["cluster", "policy", "load"])[cols].mean().reset_index()
+        from rich.table import Table
+
+        tab = Table(title="mean over seeds (seconds)")
+        for c in ["cluster", "policy", "load", *cols]:
+            tab.add_column(c, justify="right" if c not in ("cluster", "policy") else "left")
+        for _, r in agg.iterrows():
+            tab.add_row(str(r["cluster"]), str(r["policy"]), f"{r['load']:g}", *(f"{r[c]:,.1f}" for c in cols))
+        console.print(tab)
+    console.print(f"wrote {out}/ (results.parquet, results.csv, jobs.parquet, rounds.parquet, sweep.json, runs/)",
+                  highlight=False)

@@ -1,0 +1,231 @@
+"""What a sweep is: the cross product trace × cluster × policy × load × seed,
+each run a canonical configuration with a stable id.
+
+A sweep comes from flags or from a sweep file (TOML, YAML or JSON) with the
+same keys::
+
+    trace = "../shared/data/philly/philly.csv.gz"   # a path, or "gavel" / "bursty" (generated)
+    policies = ["max_min_fairness", "fifo", "las"]
+    loads = [0.5, 1, 2]
+    seeds = [0, 1]
+    clusters = ["v100=8,p100=8,k80=8"]             # or cluster = "..."
+    [trace_options]   # jobs, skip, sample, format, philly_cluster, multi_gpu, throughputs
+    jobs = 200
+    [options]         # keywords of optsched.simulate (round_length, admission, ...)
+    round_length = 360
+    [auto]            # policy "auto": candidates, every, horizon, metric, jct_weight
+    candidates = ["max_min_fairness", "fifo", "las"]
+
+**Load.** For a generated trace (``gavel``, ``bursty``) the load is the arrival
+rate in jobs per hour passed to the generator. For a real trace (Philly,
+Gavel/Tiresias files, Pollux/Sia workloads) the inter-arrival times are scaled
+by 1/load: arrival' = arrival / load (load 2 = twice the arrival rate, the
+same jobs).
+
+A run's id is the first 16 hex digits of the SHA-256 of its canonical JSON
+configuration (sorted keys): the same configuration always lands in the same
+``DIR/runs/<id>/``, which is what makes a sweep resumable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from optsched.model import OptschedError
+
+GENERATORS = ("gavel", "bursty")
+TRACE_OPTIONS = ("jobs", "skip", "sample", "format", "philly_cluster", "multi_gpu", "throughputs", "burst_factor",
+                 "burst_hours", "burst_every_hours", "burst_short")
+AUTO_KEYS = ("candidates", "every", "horizon", "metric", "jct_weight", "parallel")
+AUTO_METRICS = ("jct", "responsiveness", "mix")
+EXECUTORS = ("local", "ray", "serial")
+SPEC_KEYS = ("trace", "policies", "loads", "seeds", "clusters", "cluster", "trace_options", "options", "auto",
+             "executor", "workers", "address")
+
+
+@dataclass
+class SweepSpec:
+    trace: str
+    policies: list[str]
+    loads: list[float] = field(default_factory=lambda: [1.0])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    clusters: list[str | None] = field(default_factory=lambda: [None])
+    trace_options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    auto: dict = field(default_factory=dict)
+    executor: str = "local"
+    workers: int | None = None
+    address: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def runs(self) -> list[dict]:
+        """Every run's canonical configuration (with its ``run_id``), in sweep order."""
+        out = []
+        trace = trace_identity(self.trace)
+        for cluster in self.clusters:
+            for policy in self.policies:
+                for load in self.loads:
+                    for seed in self.seeds:
+                        cfg = {"trace": trace, "trace_options": dict(self.trace_options), "cluster": cluster,
+                               "policy": policy, "load": float(load), "seed": int(seed), "options": dict(self.options)}
+                        if policy == "auto":
+                            cfg["auto"] = auto_config(self.auto, self.policies)
+                        cfg["run_id"] = run_id(cfg)
+                        out.append(cfg)
+        return out
+
+
+def trace_identity(trace: str) -> str:
+    """Generators by name; files by absolute path (so a sweep re-run from another
+    directory finds the same run ids only if it names the same file)."""
+    return trace if trace in GENERATORS else str(Path(trace).expanduser().resolve())
+
+
+def auto_config(auto: dict, policies: list[str]) -> dict:
+    cands = auto.get("candidates") or [p for p in policies if p != "auto"]
+    return {"candidates": list(cands), "every": int(auto.get("every", 10)), "horizon": auto.get("horizon"),
+            "metric": auto.get("metric", "jct"), "jct_weight": float(auto.get("jct_weight", 0.5))}
+
+
+def run_id(cfg: dict) -> str:
+    body = {k: v for k, v in cfg.items() if k != "run_id"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _as_list(value, name: str, cast) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    elif not isinstance(value, (list, tuple)):
+        value = [value]
+    out = []
+    for v in value:
+        try:
+            out.append(cast(v.strip() if isinstance(v, str) else v))
+        except (TypeError, ValueError):
+            raise OptschedError(f"--{name}: {v!r} is not a valid {cast.__name__}") from None
+    return out
+
+
+def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
+    unknown = sorted(set(d) - set(SPEC_KEYS))
+    if unknown:
+        raise OptschedError(f"{where}: unknown key {unknown[0]!r} (choose from {', '.join(SPEC_KEYS)})")
+    if not d.get("trace"):
+        raise OptschedError(f"{where}: no trace (a path, or one of the generators {', '.join(GENERATORS)})")
+    clusters = d.get("clusters", d.get("cluster"))
+    clusters = _as_list(clusters, "cluster", str) if not isinstance(clusters, str) else [clusters]
+    spec = SweepSpec(
+        trace=str(d["trace"]),
+        policies=_as_list(d.get("policies"), "policies", str),
+        loads=_as_list(d.get("loads"), "loads", float) or [1.0],
+        seeds=_as_list(d.get("seeds"), "seeds", int) or [0],
+        clusters=clusters or [None],
+        trace_options=dict(d.get("trace_options") or {}),
+        options=dict(d.get("options") or {}),
+        auto=dict(d.get("auto") or {}),
+        executor=str(d.get("executor", "local")),
+        workers=int(d["workers"]) if d.get("workers") is not None else None,
+        address=d.get("address"),
+    )
+    return spec
+
+
+def read_spec_file(path: str | os.PathLike) -> dict:
+    p = Path(path)
+    if not p.exists():
+        raise OptschedError(f"sweep file {p}: no such file")
+    text = p.read_text()
+    try:
+        if p.suffix == ".toml":
+            import tomllib
+
+            return tomllib.loads(text)
+        if p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            d = yaml.safe_load(text)
+            if not isinstance(d, dict):
+                raise OptschedError(f"sweep file {p}: expected a mapping at the top level")
+            return d
+        if p.suffix == ".json":
+            d = json.loads(text)
+            return d.get("spec", d)  # DIR/sweep.json records {"spec": ..., ...}
+    except OptschedError:
+        raise
+    except Exception as e:  # tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError
+        raise OptschedError(f"sweep file {p}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+    raise OptschedError(f"sweep file {p}: unknown extension {p.suffix!r} (use .toml, .yaml, .yml or .json)")
+
+
+def validate(spec: SweepSpec) -> None:
+    """Everything that can be checked before any run starts: one line, naming the flag."""
+    from optsched.policy import policy_names
+    from optsched.sim.loop import SimConfig
+
+    if not spec.policies:
+        raise OptschedError("--policies: give at least one policy")
+    known = policy_names()
+    for p in spec.policies:
+        if p != "auto" and p not in known:
+            raise OptschedError(f"--policies: unknown policy {p!r} (choose from auto, {', '.join(known)})")
+    dup = [p for p in spec.policies if spec.policies.count(p) > 1]
+    if dup:
+        raise OptschedError(f"--policies: {dup[0]!r} is listed twice")
+    for load in spec.loads:
+        if not load > 0:
+            raise OptschedError(f"--loads: must be positive, got {load:g}")
+    if spec.executor not in EXECUTORS:
+        raise OptschedError(f"--executor: unknown {spec.executor!r} (choose from {', '.join(EXECUTORS)})")
+    if spec.workers is not None and spec.workers < 1:
+        raise OptschedError(f"--workers: must be >= 1, got {spec.workers}")
+    if spec.trace not in GENERATORS and not Path(spec.trace).expanduser().exists():
+        raise OptschedError(f"trace {spec.trace}: no such file (or use a generator: {', '.join(GENERATORS)})")
+    bad = sorted(set(spec.trace_options) - set(TRACE_OPTIONS))
+    if bad:
+        raise OptschedError(f"trace_options: unknown {bad[0]!r} (choose from {', '.join(TRACE_OPTIONS)})")
+    fields = set(SimConfig.__dataclass_fields__) - {"policy", "seed"}
+    bad = sorted(set(spec.options) - fields - {"throughputs"})
+    if bad:
+        raise OptschedError(f"options: unknown simulate option {bad[0]!r} (choose from {', '.join(sorted(fields))})")
+    bad = sorted(set(spec.auto) - set(AUTO_KEYS))
+    if bad:
+        raise OptschedError(f"auto: unknown key {bad[0]!r} (choose from {', '.join(AUTO_KEYS)})")
+    if "auto" in spec.policies:
+        a = auto_config(spec.auto, spec.policies)
+        if not a["candidates"]:
+            raise OptschedError("--policies: auto needs candidates (other policies, or auto.candidates)")
+        for p in a["candidates"]:
+            if p not in known:
+                raise OptschedError(f"auto.candidates: unknown policy {p!r}")
+        if a["metric"] not in AUTO_METRICS:
+            raise OptschedError(f"auto.metric: unknown {a['metric']!r} (choose from {', '.join(AUTO_METRICS)})")
+        if a["every"] < 1:
+            raise OptschedError(f"auto.every: must be >= 1 round, got {a['every']}")
+    for c in spec.clusters:
+        if c is not None:
+            from optsched.sim.jobs import parse_cluster
+
+            try:
+                parse_cluster(c)
+            except OptschedError as e:
+                raise OptschedError(f"--cluster {c!r}: {e}") from None
+    # Build the first trace and check every policy's options against it (optsched.sim.check_run).
+    from optsched.sim import check_run
+    from optsched.sweep.traces import build_trace, throughput_table
+
+    trace = build_trace(spec.trace, spec.trace_options, spec.loads[0], spec.seeds[0])
+    table = throughput_table(spec.trace_options, spec.options)
+    sim_opts = {k: spec.options[k] for k in ("solver", "packing", "allocator_options", "placement") if k in spec.options}
+    for p in spec.policies:
+        for cand in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto" else [p]):
+            check_run(trace, cand, sim_opts.get("solver", "auto"), sim_opts.get("packing", False), table,
+                      sim_opts.get("allocator_options"), sim_opts.get("placement", "consolidated"))

@@ -1,0 +1,142 @@
+"""optsched sweep: the cross product, local/serial/Ray executors give the same
+table, resumable, fault-tolerant, sweep files, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from optsched.cli import app
+from optsched.sweep import TIMING_COLUMNS, read_spec_file, run_sweep, spec_from_dict
+from optsched.sweep.traces import build_trace
+
+TINY = {"trace": "gavel", "policies": ["max_min_fairness", "fifo"], "loads": [6], "seeds": [0, 1],
+        "cluster": "v100=1,p100=1,k80=1", "trace_options": {"jobs": 5}}
+
+
+def comparable(table: pd.DataFrame) -> pd.DataFrame:
+    return table.drop(columns=[c for c in TIMING_COLUMNS if c in table]).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "local"
+    res = run_sweep(spec_from_dict({**TINY, "executor": "local", "workers": 2}), out)
+    return out, res
+
+
+def test_local_sweep_tidy_table(local_sweep):
+    out, res = local_sweep
+    t = res.table
+    assert res.total == 4 and res.executed == 4 and res.failed == 0
+    assert list(t["run_id"]) == sorted(t["run_id"]) and t["run_id"].is_unique
+    assert set(t["policy"]) == {"max_min_fairness", "fifo"} and set(t["seed"]) == {0, 1}
+    assert (t["status"] == "ok").all() and (t["jobs_completed"] == 5).all()
+    for name in ("results.parquet", "results.csv", "jobs.parquet", "rounds.parquet", "sweep.json"):
+        assert (out / name).exists(), name
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), t)
+    jobs = pd.read_parquet(out / "jobs.parquet")
+    assert len(jobs) == 20 and {"run_id", "policy", "load", "seed", "jct"} <= set(jobs.columns)
+    for rid in t["run_id"]:
+        d = out / "runs" / rid
+        assert (d / "done").exists() and (d / "jobs.parquet").exists() and (d / "summary.json").exists()
+
+
+def test_serial_equals_local(local_sweep, tmp_path):
+    _, res = local_sweep
+    ser = run_sweep(spec_from_dict({**TINY, "executor": "serial"}), tmp_path / "serial")
+    pd.testing.assert_frame_equal(comparable(ser.table), comparable(res.table))
+
+
+def test_ray_equals_local(local_sweep, tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'optsched[ray]')")
+    _, res = local_sweep
+    r = run_sweep(spec_from_dict({**TINY, "executor": "ray", "workers": 2}), tmp_path / "ray")
+    assert r.failed == 0
+    pd.testing.assert_frame_equal(comparable(r.table), comparable(res.table))
+
+
+def test_resume_skips_finished_runs(tmp_path):
+    spec = spec_from_dict({**TINY, "policies": ["fifo"], "executor": "serial"})
+    first = run_sweep(spec, tmp_path)
+    again = run_sweep(spec, tmp_path)
+    assert (again.executed, again.reused) == (0, 2)
+    pd.testing.assert_frame_equal(comparable(again.table), comparable(first.table))
+    rid = first.table["run_id"].iloc[0]
+    (tmp_path / "runs" / rid / "done").unlink()  # an interrupted run: no marker
+    third = run_sweep(spec, tmp_path)
+    assert (third.executed, third.reused) == (1, 1)
+    # A bigger sweep in the same folder runs only what is new.
+    more = run_sweep(spec_from_dict({**TINY, "policies": ["fifo"], "seeds": [0, 1, 2], "executor": "serial"}), tmp_path)
+    assert (more.executed, more.reused) == (1, 2)
+
+
+def test_failed_run_is_recorded_and_retried(tmp_path, monkeypatch):
+    import optsched.sweep.traces as traces
+
+    real = traces.build_trace
+
+    def flaky(trace, options, load, seed):
+        if seed == 1:
+            raise RuntimeError("disk on fire")
+        return real(trace, options, load, seed)
+
+    monkeypatch.setattr(traces, "build_trace", flaky)
+    spec = spec_from_dict({**TINY, "policies": ["fifo"], "executor": "serial"})
+    res = run_sweep(spec, tmp_path, validate=False)
+    t = res.table.set_index("seed")
+    assert res.failed == 1 and t.loc[1, "status"] == "failed" and t.loc[1, "error"] == "RuntimeError: disk on fire"
+    assert t.loc[0, "status"] == "ok"
+    err = json.loads((tmp_path / "runs" / t.loc[1, "run_id"] / "error.json").read_text())
+    assert "disk on fire" in err["traceback"]
+    kept = run_sweep(spec, tmp_path, retry_failed=False, validate=False)
+    assert kept.executed == 0
+    monkeypatch.setattr(traces, "build_trace", real)
+    fixed = run_sweep(spec, tmp_path)
+    assert fixed.executed == 1 and (fixed.table["status"] == "ok").all()
+
+
+def test_sweep_files_and_recorded_config(tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text('trace = "gavel"\npolicies = ["max_min_fairness", "fifo"]\nloads = [6]\nseeds = [0, 1]\n'
+                    'cluster = "v100=1,p100=1,k80=1"\n[trace_options]\njobs = 5\n')
+    yaml_ = tmp_path / "s.yaml"
+    yaml_.write_text("trace: gavel\npolicies: [max_min_fairness, fifo]\nloads: [6]\nseeds: [0, 1]\n"
+                     "cluster: v100=1,p100=1,k80=1\ntrace_options: {jobs: 5}\n")
+    ids = [r["run_id"] for r in spec_from_dict(TINY).runs()]
+    assert [r["run_id"] for r in spec_from_dict(read_spec_file(toml)).runs()] == ids
+    assert [r["run_id"] for r in spec_from_dict(read_spec_file(yaml_)).runs()] == ids
+    run_sweep(spec_from_dict({**TINY, "policies": ["fifo"], "seeds": [0], "executor": "serial"}), tmp_path / "o")
+    recorded = spec_from_dict(read_spec_file(tmp_path / "o" / "sweep.json"))
+    assert recorded.runs() == spec_from_dict({**TINY, "policies": ["fifo"], "seeds": [0]}).runs()
+
+
+def test_real_trace_load_scales_interarrivals(peer_data):
+    path = str(peer_data / "tiresias" / "60_job.csv")
+    one = build_trace(path, {"jobs": 20}, 1.0, 0).jobs["arrival_time"].to_numpy()
+    two = build_trace(path, {"jobs": 20}, 2.0, 0).jobs["arrival_time"].to_numpy()
+    assert len(one) == 20 and one[0] == 0 and (two == pytest.approx(one / 2))
+
+
+def test_cli_sweep_and_errors(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(app, ["sweep", "gavel", "--policies", "fifo", "--loads", "6", "--jobs", "4",
+                            "--cluster", "v100=1,p100=1,k80=1", "--executor", "serial", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    assert "1 runs: 1 executed" in r.output and (tmp_path / "c" / "results.csv").exists()
+    for args, msg in (
+        (["gavel", "--policies", "fifo,nope"], "unknown policy 'nope'"),
+        ([str(tmp_path / "missing.csv"), "--policies", "fifo"], "no such file"),
+        (["gavel", "--policies", "fifo", "--loads", "2,x"], "--loads"),
+        (["gavel", "--policies", "fifo", "--loads", "-1"], "--loads: must be positive"),
+        (["gavel", "--policies", "fifo", "--executor", "spark"], "--executor: unknown"),
+        (["gavel", "--policies", "fifo", "--set", "round_lenght=3"], "unknown simulate option 'round_lenght'"),
+        (["gavel", "--policies", "fifo", "--cluster", "v100=x"], "--cluster"),
+    ):
+        r = runner.invoke(app, ["sweep", *args, "--out", str(tmp_path / "e")])
+        assert r.exit_code == 2, (args, r.output)
+        assert msg in r.output and "Traceback" not in r.output, (args, r.output)
+    assert not (tmp_path / "e" / "runs").exists() or not any((tmp_path / "e" / "runs").iterdir())
