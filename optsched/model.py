@@ -418,6 +418,7 @@ class Allocation:
     build_seconds: float = 0.0  # the formulation's arrays (the block LP)
     solver_seconds: float = 0.0  # the backend's own time, inside solve_seconds
     decode_seconds: float = 0.0  # cleaning X, effective throughputs, the explanation
+    import_seconds: float = 0.0  # a backend's modules loaded on first use (a cold process), outside solve_seconds
     # Space sharing: pairs[p] = (m, m') job indices packed together on one set
     # of GPUs, pair_fractions[p, j] = time fraction of that pair on type j.
     pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=int))
@@ -453,6 +454,7 @@ class Allocation:
             "build_seconds": self.build_seconds,
             "solver_seconds": self.solver_seconds,
             "decode_seconds": self.decode_seconds,
+            "import_seconds": self.import_seconds,
             "allocation": alloc,
             "effective_throughput": {jid: float(x) for jid, x in zip(self.job_ids, self.effective_throughput)},
             "explanation": self.explanation,

@@ -112,18 +112,52 @@ class BlockSolution:
 
 
 def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0) -> BlockSolution:
-    """Solve; never raises for solver trouble (ok=False and a message instead)."""
+    """Solve; never raises for solver trouble (ok=False and a message instead).
+    Identical rows are merged first (exact, see identical_rows). ``seconds``
+    excludes loading the backend's modules in a cold process, reported apart
+    as ``info["import_seconds"]``."""
+    import dataclasses
+
     if backend not in BLOCK_BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BLOCK_BACKENDS)})")
     t0 = time.perf_counter()
+    target, expand = lp, None
     if lp.pairs is None and lp.n > 1:
         classes, inverse, counts = identical_rows(lp)
         if len(counts) < lp.n:
-            return _expand(solve(_merged(lp, classes, counts), backend, time_limit), inverse, counts, t0)
-    if backend == "auto":
-        size = lp.n * lp.k
-        backend = "highs-ipm" if lp.pairs is not None else (
-            "clarabel" if size <= AUTO_IPM_ENTRIES else "ipm")
+            target, expand = _merged(lp, classes, counts), (inverse, counts)
+    backend = _chosen(target, backend)
+    imports = _load_backend(backend)
+    sol = _solve(target, backend, time_limit, t0 + imports)
+    if expand is not None:
+        sol = _expand(sol, *expand, t0 + imports)
+    return dataclasses.replace(sol, info={**sol.info, "import_seconds": imports}) if imports else sol
+
+
+def _chosen(lp: BlockLP, backend: str) -> str:
+    if backend != "auto":
+        return backend
+    if lp.pairs is not None:
+        return "highs-ipm"
+    return "clarabel" if lp.n * lp.k <= AUTO_IPM_ENTRIES else "ipm"
+
+
+def _load_backend(backend: str) -> float:
+    """Import what ``backend`` needs (the IPM: numpy only); seconds it took."""
+    import sys
+
+    modules = {"ipm": (), "clarabel": ("optsched.solvers.lp", "clarabel")}.get(backend, ("optsched.solvers.lp", "highspy"))
+    if all(m in sys.modules for m in modules):
+        return 0.0
+    import importlib
+
+    t0 = time.perf_counter()
+    for m in modules:
+        importlib.import_module(m)
+    return time.perf_counter() - t0
+
+
+def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float) -> BlockSolution:
     if backend == "ipm" and lp.pairs is None:
         try:
             with np.errstate(all="ignore"):
