@@ -247,3 +247,17 @@ def test_malformed_state_is_an_error_naming_the_field(edit, message):
     with pytest.raises(OptschedError, match=message):
         a.load_state(bad)
     assert a.state() == before
+
+
+def test_a_placement_handed_out_does_not_change_when_jobs_are_removed_later():
+    from optsched.allocator import Allocator
+    from optsched.model import parse_snapshot
+    from optsched.policy import solve
+
+    snap = parse_snapshot({"version": 1, "cluster": {"gpus": {"v100": 4}},
+                           "jobs": [{"id": f"j{m}", "throughput": {"v100": 1.0}} for m in range(3)]})
+    allocator = Allocator(snap.cluster)
+    placement = allocator.next_round(snap, solve(snap))
+    before = dict(placement.assignments)
+    allocator.remove(list(before))
+    assert placement.assignments == before

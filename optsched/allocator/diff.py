@@ -92,6 +92,7 @@ def round_diff(ids: tuple[str, ...], seats: Seats, lease: Lease, was_running: li
                 migrated.append(j)
         else:
             started.append(j)
-    placement = Placement(assignments, tuple(started), tuple(preempted), tuple(continued), tuple(migrated),
+    # The Placement gets its own dict: the lease keeps (and later edits) the other.
+    placement = Placement(dict(assignments), tuple(started), tuple(preempted), tuple(continued), tuple(migrated),
                           "; ".join(seats.notes), round_no)
     return RoundDiff(placement, Lease(gpus_now, unit_now, assignments), ran)
