@@ -325,7 +325,7 @@ def _solve(req: SolveRequest, limits: Limits) -> dict:
 def _check_policy(name: str) -> None:
     from optsched.policy import POLICIES, policy_names
 
-    if name not in POLICIES or name not in policy_names():
+    if name not in POLICIES and name not in policy_names():  # built-ins fast; plugins (entry points) too
         raise OptschedError(f"policy: unknown policy {name!r} (choose from {', '.join(policy_names())})")
 
 

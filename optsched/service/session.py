@@ -639,7 +639,7 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
         raise OptschedError(f"cluster.gpus: {total} GPUs exceed the server's limit of {limits.max_gpus}")
     if total == 0:
         raise OptschedError("cluster.gpus: the cluster has no GPUs")
-    if cfg.policy not in POLICIES or cfg.policy not in policy_names():
+    if cfg.policy not in POLICIES and cfg.policy not in policy_names():  # plugins (entry points) too
         raise OptschedError(f"policy: unknown policy {cfg.policy!r} (choose from {', '.join(policy_names())})")
     # time_limit and max_jobs above the server's limits are capped where they are used.
     to = cfg.allocator.type_order
