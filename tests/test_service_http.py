@@ -29,7 +29,7 @@ def server(tmp_path_factory):
 def secure(tmp_path_factory):
     """A server with a token and a small body limit."""
     with ServerProcess(tmp_path_factory.mktemp("secure") / "sessions.db", token=TOKEN,
-                       args=["--max-body-bytes", "20000", "--max-jobs", "50"]) as srv:
+                       args=["--max-body-bytes", "20000", "--max-jobs", "50", "--log-format", "json"]) as srv:
         yield srv
 
 
@@ -345,3 +345,13 @@ def test_sessions_evicted_from_memory_load_again_from_the_database(tmp_path):
             assert "none" not in app.state.registry.locks
 
     asyncio.run(scenario())
+
+
+def test_every_request_is_one_structured_log_record(secure):
+    httpx.get(f"{secure.url}/v1/sessions/nobody", headers={"Authorization": f"Bearer {TOKEN}"})
+    records = [json.loads(line) for line in secure.log().splitlines() if line.startswith("{")]
+    access = [r for r in records if r["logger"] == "optsched.service.access"]
+    hit = [r for r in access if r["path"] == "/v1/sessions/nobody"]
+    assert hit and hit[-1]["status"] == 404 and hit[-1]["method"] == "GET" and hit[-1]["ms"] >= 0
+    assert all(r.get("client", "").startswith("127.0.0.1:") for r in access)
+    assert not any("traceback" in r for r in records)
