@@ -18,6 +18,19 @@ start (backfilling). Ties: arrival time, then job id. The orders:
   runs at 1, 2, 4, 8, …; default 8, 0 disables). Waiting time is
   ``now − last_run_time`` when the snapshot has it, else elapsed time − executed
   time (the total waiting since arrival).
+  ``discretization="gittins"`` (``tiresias_gittins``, Tiresias's
+  dlas-gpu-gittins): the queue thresholds come from the Gittins index of a
+  GPU-time prior (``prior``: a CSV with a ``duration`` column of GPU-seconds,
+  default ``$OPTSCHED_PEER_DATA/tiresias/yarn-gput1000.csv``; without it a
+  documented fallback, a log-normal with that file's median 2,227 s and σ = 2,
+  with a warning). The index of a job with attained service a and quantum Δ is
+  G(a, Δ) = P(S − a ≤ Δ | S > a) / E[min(S − a, Δ) | S > a] over the prior's
+  samples S. Threshold q is the first a where G(a, Δ₀) ≤ G(0, Δ₀) / ratio^q
+  (Δ₀ = 3,250 GPU-s, Tiresias's first limit; ratio 2): each queue holds jobs
+  whose chance of finishing within the next quantum has halved again — on
+  the Yarn prior this gives 2,519 and 5,356 GPU-s, near Tiresias's hand-set
+  3,250 and 7,200. Within a queue jobs are ordered by G(a, threshold − a),
+  highest first (the last queue uses Δ₀), then arrival.
 - ``gandiva``: FIFO placement, then Gandiva-style packing: a job left waiting
   joins a running job of the same width on that job's GPUs when the pair is
   admitted (formulations.base admission rule), best packing gain first; each
@@ -40,8 +53,84 @@ TIRESIAS_THRESHOLDS = (3250.0, 7200.0)  # GPU-seconds, Tiresias simulator jobs.p
 STARVATION_FACTOR = 8.0
 
 
+GITTINS_QUANTUM = 3250.0
+GITTINS_RATIO = 2.0
+DISCRETIZATIONS = ("fixed", "gittins")
+
+
+def gpu_time_prior(prior=None) -> np.ndarray:
+    """Sorted GPU-time samples (seconds) of the Gittins prior (see module doc); cached per path."""
+    key = prior if isinstance(prior, (str, type(None))) else None
+    if key in _PRIORS or (key is None and None in _PRIORS):
+        return _PRIORS[key]
+    S = _read_prior(prior)
+    if isinstance(prior, (str, type(None))):
+        _PRIORS[key] = S
+    return S
+
+
+_PRIORS: dict = {}
+
+
+def _read_prior(prior) -> np.ndarray:
+    import logging
+    import os
+
+    path = prior
+    if path is None:
+        root = os.environ.get("OPTSCHED_PEER_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+        path = os.path.join(root, "tiresias", "yarn-gput1000.csv")
+        if not os.path.exists(path):
+            logging.getLogger("optsched.policy").warning(
+                "tiresias gittins: no GPU-time prior at %s; using a log-normal (median 2,227 s, sigma 2)", path)
+            q = (np.arange(1000) + 0.5) / 1000
+            from scipy.stats import norm
+
+            return np.sort(2227.0 * np.exp(2.0 * norm.ppf(q)))
+    if isinstance(path, (list, tuple, np.ndarray)):
+        S = np.asarray(path, dtype=float)
+    else:
+        import pandas as pd
+
+        try:
+            df = pd.read_csv(path)
+        except FileNotFoundError:
+            raise OptschedError(f"prior: no such file {str(path)!r}") from None
+        if "duration" not in df:
+            raise OptschedError(f"prior: {path} has no 'duration' column (GPU-seconds per job)")
+        S = pd.to_numeric(df["duration"], errors="coerce").to_numpy(dtype=float)
+    S = S[np.isfinite(S) & (S > 0)]
+    if not len(S):
+        raise OptschedError("prior: no positive GPU-time samples")
+    return np.sort(S)
+
+
+def gittins_index(S: np.ndarray, attained: np.ndarray, quantum: np.ndarray) -> np.ndarray:
+    """G(a, Δ) = P(S − a ≤ Δ | S > a) / E[min(S − a, Δ) | S > a] (0 past the prior's largest sample)."""
+    a = np.asarray(attained, dtype=float)[:, None]
+    d = np.broadcast_to(np.asarray(quantum, dtype=float), a.shape[:1])[:, None]
+    alive = S[None, :] > a
+    r = S[None, :] - a
+    cnt = alive.sum(axis=1)
+    p = ((r <= d) & alive).sum(axis=1) / np.maximum(cnt, 1)
+    e = (np.minimum(r, d) * alive).sum(axis=1) / np.maximum(cnt, 1)
+    return np.where(cnt > 0, p / np.maximum(e, 1e-300), 0.0)
+
+
+def gittins_thresholds(S: np.ndarray, queues: int = 3, quantum: float = GITTINS_QUANTUM,
+                       ratio: float = GITTINS_RATIO) -> tuple[float, ...]:
+    grid = np.unique(np.concatenate([[0.0], S]))
+    g = gittins_index(S, grid, np.full(len(grid), quantum))
+    out = []
+    for q in range(1, queues):
+        below = np.flatnonzero(g <= g[0] / ratio ** q)
+        out.append(float(grid[below[0]]) if len(below) else float(grid[-1]))
+    return tuple(out)
+
+
 def priority_order(
-    inst: Instance, order: str, thresholds=TIRESIAS_THRESHOLDS, starvation_factor: float = STARVATION_FACTOR
+    inst: Instance, order: str, thresholds=TIRESIAS_THRESHOLDS, starvation_factor: float = STARVATION_FACTOR,
+    discretization: str = "fixed", prior=None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Job indices, highest priority first (and the Tiresias queue of each job)."""
     ids = np.array(inst.job_ids, dtype=object)
@@ -54,6 +143,19 @@ def priority_order(
     elif order == "srtf":
         primary = require_steps_remaining(inst, "srtf") / inst.throughput.max(axis=1)
     elif order == "tiresias":
+        if discretization not in DISCRETIZATIONS:
+            raise OptschedError(f"discretization: unknown {discretization!r} (choose from {', '.join(DISCRETIZATIONS)})")
+        if discretization == "gittins":
+            S = gpu_time_prior(prior)
+            thresholds = gittins_thresholds(S)
+            queue = tiresias_queues(inst, thresholds, starvation_factor)
+            limits = np.asarray(sorted(thresholds) + [np.inf])
+            upper = limits[queue]
+            quantum = np.where(np.isfinite(upper), upper - inst.attained_service, GITTINS_QUANTUM)
+            g = gittins_index(S, inst.attained_service, np.maximum(quantum, 1e-9))
+            # queue first, then the higher index; both in one float key
+            primary = queue.astype(float) + 0.5 * (1.0 - g / max(g.max(), 1e-300))
+            return np.lexsort((id_rank, inst.arrival_time, primary)), queue
         queue = tiresias_queues(inst, thresholds, starvation_factor)
         primary = queue.astype(float)
     else:
@@ -134,6 +236,8 @@ def allocate(
     thresholds=TIRESIAS_THRESHOLDS,
     starvation_factor: float = STARVATION_FACTOR,
     max_partners: int | None = None,
+    discretization: str = "fixed",
+    prior=None,
 ) -> Allocation:
     """solver and time_limit are unused: a priority order needs no solver."""
     if packing and order != "gandiva":
@@ -141,11 +245,13 @@ def allocate(
     import time
 
     t0 = time.perf_counter()
-    ranked, queue = priority_order(inst, order, thresholds, starvation_factor)
+    ranked, queue = priority_order(inst, order, thresholds, starvation_factor, discretization, prior)
     X = greedy_fit(inst, ranked, agnostic)
     explanation: dict = {"priority_order": [inst.job_ids[m] for m in ranked]}
     if queue is not None:
         explanation["tiresias_queue"] = {jid: int(q) for jid, q in zip(inst.job_ids, queue)}
+        if discretization == "gittins":
+            explanation["tiresias_thresholds"] = list(gittins_thresholds(gpu_time_prior(prior)))
     pairs, Y, thr = np.zeros((0, 2), dtype=int), np.zeros((0, inst.k)), (inst.throughput * X).sum(axis=1)
     if order == "gandiva":
         X, pairs, Y, thr = gandiva_pack(inst, X, max_partners)

@@ -43,6 +43,9 @@ POLICIES: dict[str, tuple[str, dict]] = {
     "srtf": ("priority", {"order": "srtf"}),
     "tiresias": ("priority", {"order": "tiresias"}),
     "gandiva": ("priority", {"order": "gandiva"}),
+    "tiresias_gittins": ("priority", {"order": "tiresias", "discretization": "gittins"}),
+    # The seeds' schedulers (README "The seeds' schedulers"; predictions: optsched/predict).
+    "qssf": ("qssf", {}),
     # Elastic / configuration-choice policies (goodput models).
     "pollux": ("pollux", {}),
     "sia": ("sia", {}),
