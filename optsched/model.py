@@ -36,6 +36,8 @@ class Server(_Strict):
     id: str
     gpu_type: str
     gpus: int = Field(gt=0)
+    cpus: float | None = Field(default=None, gt=0, description="CPU cores (synergy).")
+    memory: float | None = Field(default=None, gt=0, description="Memory, GB (synergy).")
 
 
 class Cluster(_Strict):
@@ -150,6 +152,24 @@ class Job(_Strict):
     goodput: GoodputSpec | None = Field(
         default=None, description="Elastic job: goodput model for the configuration policies (pollux, sia)."
     )
+    cpu_profile: list[tuple[float, float]] | None = Field(
+        default=None, description="Synergy: [[CPUs per GPU, relative throughput in (0, 1]], ...] by increasing CPUs.")
+    memory_profile: list[tuple[float, float]] | None = Field(
+        default=None, description="Synergy: [[GB per GPU, relative throughput in (0, 1]], ...] by increasing GB.")
+
+    @field_validator("cpu_profile", "memory_profile")
+    @classmethod
+    def _sensitivity(cls, v):
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("needs at least one [amount per GPU, relative throughput] point")
+        xs = [x for x, _ in v]
+        if any(not (math.isfinite(x) and x >= 0) for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])):
+            raise ValueError(f"amounts per GPU must be finite, >= 0 and increasing ({xs})")
+        if any(not (math.isfinite(y) and 0 < y <= 1) for _, y in v):
+            raise ValueError(f"relative throughputs must be in (0, 1] ({[y for _, y in v]})")
+        return v
 
     @field_validator("throughput")
     @classmethod
@@ -358,12 +378,33 @@ class Instance:
             entity_weights=dict(snap.entity_weights) if snap.entity_weights else None,
             **_pair_arrays(snap, types),
             elastic=_elastic_info(snap, types),
+            extras=_resource_extras(snap, types),
         )
 
     def equal_share(self) -> np.ndarray:
         """X^equal[m, j] = W_j / Σ W (Gavel's proportional share), only on types the job can use."""
         share = np.broadcast_to(self.capacity / max(self.capacity.sum(), 1e-12), (self.n, self.k))
         return np.where(self.available, share, 0.0)
+
+
+def _resource_extras(snap: Snapshot, types: tuple[str, ...]) -> dict:
+    """Synergy's inputs, only when the snapshot has them: CPUs and memory per
+    GPU type (summed over its servers; nan where a server lacks the number)
+    and each job's sensitivity profiles (None where absent)."""
+    servers = snap.cluster.servers or []
+    has_res = any(s.cpus is not None or s.memory is not None for s in servers)
+    has_prof = any(j.cpu_profile is not None or j.memory_profile is not None for j in snap.jobs)
+    if not (has_res or has_prof):
+        return {}
+    out: dict = {"cpu_profile": [j.cpu_profile for j in snap.jobs], "memory_profile": [j.memory_profile for j in snap.jobs]}
+    if has_res:
+        for key in ("cpus", "memory"):
+            per = {t: 0.0 for t in types}
+            for srv in servers:
+                v = getattr(srv, key)
+                per[srv.gpu_type] = per[srv.gpu_type] + (np.nan if v is None else float(v))
+            out[f"server_{key}"] = np.array([per[t] for t in types], dtype=float)
+    return out
 
 
 def _optional(values: list) -> np.ndarray:

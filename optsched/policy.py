@@ -46,6 +46,9 @@ POLICIES: dict[str, tuple[str, dict]] = {
     "tiresias_gittins": ("priority", {"order": "tiresias", "discretization": "gittins"}),
     # The seeds' schedulers (README "The seeds' schedulers"; predictions: optsched/predict).
     "qssf": ("qssf", {}),
+    "allox": ("allox", {}),
+    "optimus": ("optimus", {}),
+    "synergy": ("synergy", {}),
     # Elastic / configuration-choice policies (goodput models).
     "pollux": ("pollux", {}),
     "sia": ("sia", {}),
