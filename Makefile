@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 bench: $(STAMP)
-	$(PY) bench/solve_scaling.py
+	$(VENV)/bin/optsched bench --csv bench.csv $(if $(QUICK),--quick) $(if $(OLD),--compare $(OLD))
 
 clean:
 	rm -rf $(VENV) build *.egg-info

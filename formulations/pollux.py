@@ -83,7 +83,8 @@ def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time
         change = np.arange(len(gm.configs.gpus))[None, :] != gm.current[:, None]
         speedup = np.where(change, speedup * f[:, None], speedup)
     U = np.where(gm.goodput > 0, inst.weight[:, None] * utilities(speedup, p), 0.0)
-    a = solve_assignment(U, gm.configs, inst.capacity, time_limit, solver, force_fallback=force_fallback)
+    a = solve_assignment(U, gm.configs, inst.capacity, time_limit, solver, force_fallback=force_fallback,
+                         start=gm.current)  # the running configurations: a warm start
     chosen = np.where(a.choice >= 0, speedup[np.arange(inst.n), np.maximum(a.choice, 0)], 0.0)
     terms = (chosen + EPS) ** p if p != 0 else np.log(chosen + EPS)
     mean = float(np.mean(terms) ** (1 / p)) if p != 0 else float(np.exp(np.mean(terms)))

@@ -51,7 +51,8 @@ def allocate(inst: Instance, policy: str = "sia", solver: str = "highs", time_li
     gm = goodput_matrix(inst)
     check_feasible(inst, gm.goodput)
     U, Gn = utilities(inst, gm.goodput, gm.current, p, lambda_n, restart_penalty)
-    a = solve_assignment(U, gm.configs, inst.capacity, time_limit, solver, force_fallback=force_fallback)
+    a = solve_assignment(U, gm.configs, inst.capacity, time_limit, solver, force_fallback=force_fallback,
+                         start=gm.current)  # the running configurations: a warm start
     chosen = np.where(a.choice >= 0, Gn[np.arange(inst.n), np.maximum(a.choice, 0)], 0.0)
     # Reported objective: Sia's (minimized for p < 0) Σ A y + λ_n · (unscheduled jobs).
     on = a.choice >= 0
@@ -61,4 +62,5 @@ def allocate(inst: Instance, policy: str = "sia", solver: str = "highs", time_li
 
     rel = np.where(a.choice >= 0, gm.goodput[np.arange(inst.n), np.maximum(a.choice, 0)] / fair_share_goodput(inst, gm), 0.0)
     return allocation_from_choice(inst, policy, gm, a, objective=objective, share=rel,
-                                  extra={"normalized_goodput": chosen, "fairness_p": p, "lambda_n": lambda_n})
+                                  extra={"normalized_goodput": chosen, "fairness_p": p, "lambda_n": lambda_n,
+                                         "milp_value": a.objective})

@@ -1,0 +1,108 @@
+"""Instances of the bench: synthetic and seeded, no peer data needed.
+
+Rigid jobs have *distinct* random throughput rows (no two jobs alike), so
+identical-job classes cannot shrink the programs: the sizes are the sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from optsched.model import Instance
+
+TYPE_NAMES = ("k80", "p100", "v100", "a100", "h100")
+SPEED = np.array([0.3, 0.6, 1.0, 1.6, 2.4])
+
+
+def rigid(n: int, k: int, seed: int = 0, tenants: int = 10) -> Instance:
+    """n jobs × k types: distinct throughputs, Gavel's scale-factor mix, about one GPU per two jobs."""
+    rng = np.random.default_rng(seed)
+    types = TYPE_NAMES[:k]
+    sf = rng.choice([1, 2, 4, 8], n, p=[0.70, 0.10, 0.15, 0.05]).astype(float)
+    T = rng.uniform(0.5, 20.0, (n, k)) * SPEED[:k] * sf[:, None] ** 0.8
+    T[rng.random((n, k)) < 0.1] = 0.0  # some jobs cannot run on some types
+    T[np.arange(n), rng.integers(0, k, n)] = rng.uniform(0.5, 20.0, n)  # at least one type each
+    capacity = np.full(k, float(max(8, n // (2 * k))))
+    steps = rng.uniform(1e3, 1e6, n)
+    return Instance(
+        job_ids=tuple(f"job{m:06d}" for m in range(n)), gpu_types=types, throughput=T, scale_factor=sf,
+        weight=rng.choice([1.0, 2.0], n, p=[0.8, 0.2]), capacity=capacity, steps_remaining=steps,
+        elapsed_time=rng.uniform(0, 3600, n), attained_service=rng.uniform(0, 2e4, n),
+        arrival_time=np.sort(rng.uniform(0, 3600, n)),
+        entity=tuple(f"team{t}" for t in rng.integers(0, tenants, n)),
+        entity_weights={f"team{t}": float(1 + t % 3) for t in range(tenants)}, time=3600.0,
+    )
+
+
+def packing(n: int, seed: int = 0, pairs_per_job: int = 16, k: int = 3, unit_weights: bool = True) -> Instance:
+    """Single-GPU jobs, each with measured co-location throughputs with ``pairs_per_job``
+    random partners (packed rate 0.3–0.9 of solo per member, so most pairs beat time slicing)."""
+    inst = rigid(n, k, seed)
+    rng = np.random.default_rng(seed + 1)
+    a = np.repeat(np.arange(n), pairs_per_job)
+    b = rng.integers(0, n, n * pairs_per_job)
+    keep = a != b
+    P = np.unique(np.sort(np.stack([a[keep], b[keep]], axis=1), axis=1), axis=0)
+    T = inst.throughput
+    sf = np.ones(n)
+    rate = rng.uniform(0.3, 0.9, (len(P), k, 2)) * np.stack([T[P[:, 0]], T[P[:, 1]]], axis=2)
+    return dataclasses.replace(inst, scale_factor=sf, weight=np.ones(n) if unit_weights else inst.weight,
+                               capacity=np.full(k, float(max(4, n // (3 * k)))), pairs=P, pair_throughput=rate)
+
+
+def elastic_snapshot(seed: int, n: int, types, max_gpus: int = 32, first_id: int = 0) -> dict:
+    """Elastic jobs with random 7-parameter goodput models (as bench/milp_bench.py)."""
+    rng = np.random.default_rng(seed)
+    names = [t for t, _, _ in types]
+    return {"cluster": _cluster(types), "jobs": [_elastic_job(rng, f"j{first_id + i}", names, max_gpus) for i in range(n)]}
+
+
+def _cluster(types) -> dict:
+    servers = [{"id": f"{t}{s}", "gpu_type": t, "gpus": per} for t, W, per in types for s in range(W // per)]
+    return {"gpus": {t: W for t, W, _ in types}, "servers": servers}
+
+
+def _elastic_job(rng, jid: str, names, max_gpus: int) -> dict:
+    base = np.array([rng.uniform(0.01, 0.1), rng.uniform(1e-4, 2e-3), rng.uniform(0.05, 0.4), rng.uniform(1e-3, 0.02),
+                     rng.uniform(0.01, 0.1), rng.uniform(1e-4, 5e-3), rng.uniform(1.0, 3.0)])
+    speed = {t: rng.uniform(0.5, 2.0) for t in names}
+    perf = {t: (base * np.r_[[1 / speed[t]] * 6, 1.0]).tolist() for t in names if rng.random() < 0.7} or {names[0]: base.tolist()}
+    M0 = float(rng.choice([32, 64, 128]))
+    return {
+        "id": jid, "throughput": {t: float(speed[t]) for t in names}, "elapsed_time": float(rng.uniform(0, 20_000)),
+        "goodput": {"perf_params": perf, "grad_sqr": float(rng.uniform(0.5, 5)), "grad_var": float(rng.uniform(0, 50)),
+                    "init_batch_size": M0, "max_batch_size": M0 * float(rng.choice([8, 32, 128])),
+                    "local_bsz": [8, 256], "max_gpus": max_gpus, "num_restarts": int(rng.integers(0, 4))},
+    }
+
+
+def elastic_rounds(seed: int, n: int, types, rounds: int, churn: float = 0.02) -> list[dict]:
+    """Successive rounds' snapshots: each round ``churn``·n jobs leave and as many arrive;
+    the others keep their models (what a cached goodput table reuses)."""
+    rng = np.random.default_rng(seed + 7)
+    snap = elastic_snapshot(seed, n, types)
+    names = [t for t, _, _ in types]
+    out, next_id = [snap], n
+    for _ in range(rounds - 1):
+        jobs = list(out[-1]["jobs"])
+        leave = set(rng.choice(len(jobs), max(1, int(churn * n)), replace=False).tolist())
+        jobs = [j for i, j in enumerate(jobs) if i not in leave]
+        for _ in range(len(leave)):
+            jobs.append(_elastic_job(rng, f"j{next_id}", names, 32))
+            next_id += 1
+        out.append({"cluster": snap["cluster"], "jobs": jobs})
+    return out
+
+
+def snapshot_json(inst: Instance) -> bytes:
+    """The instance as `optsched solve` input (rigid jobs)."""
+    import json
+
+    T = inst.throughput
+    jobs = [{"id": inst.job_ids[m], "scale_factor": int(inst.scale_factor[m]), "weight": float(inst.weight[m]),
+             "throughput": {t: float(T[m, j]) for j, t in enumerate(inst.gpu_types) if T[m, j] > 0}}
+            for m in range(inst.n)]
+    return json.dumps({"cluster": {"gpus": {t: int(w) for t, w in zip(inst.gpu_types, inst.capacity)}},
+                       "jobs": jobs}).encode()
