@@ -42,13 +42,16 @@ POLICIES: dict[str, tuple[str, dict]] = {
     "las": ("priority", {"order": "las"}),
     "srtf": ("priority", {"order": "srtf"}),
     "tiresias": ("priority", {"order": "tiresias"}),
-    "gandiva": ("priority", {"order": "gandiva"}),
+    "gandiva": ("gandiva", {}),  # FIFO + packing + time slicing (formulations/gandiva.py)
+    "gandiva_fifo": ("priority", {"order": "gandiva"}),  # the FIFO-plus-packing order alone
     "tiresias_gittins": ("priority", {"order": "tiresias", "discretization": "gittins"}),
     # The seeds' schedulers (README "The seeds' schedulers"; predictions: optsched/predict).
     "qssf": ("qssf", {}),
     "allox": ("allox", {}),
     "optimus": ("optimus", {}),
     "synergy": ("synergy", {}),
+    "lucid": ("lucid", {}),
+    "lucid_ageing": ("lucid", {"ageing": True}),
     # Elastic / configuration-choice policies (goodput models).
     "pollux": ("pollux", {}),
     "sia": ("sia", {}),
