@@ -117,8 +117,18 @@ def gittins_index(S: np.ndarray, attained: np.ndarray, quantum: np.ndarray) -> n
     return np.where(cnt > 0, p / np.maximum(e, 1e-300), 0.0)
 
 
+_THRESHOLDS: dict = {}
+
+
 def gittins_thresholds(S: np.ndarray, queues: int = 3, quantum: float = GITTINS_QUANTUM,
                        ratio: float = GITTINS_RATIO) -> tuple[float, ...]:
+    key = (len(S), float(S[0]), float(S[-1]), float(S.sum()), queues, quantum, ratio)
+    if key not in _THRESHOLDS:
+        _THRESHOLDS[key] = _gittins_thresholds(S, queues, quantum, ratio)
+    return _THRESHOLDS[key]
+
+
+def _gittins_thresholds(S: np.ndarray, queues: int, quantum: float, ratio: float) -> tuple[float, ...]:
     grid = np.unique(np.concatenate([[0.0], S]))
     g = gittins_index(S, grid, np.full(len(grid), quantum))
     out = []

@@ -49,6 +49,7 @@ def read_philly_history(path) -> pd.DataFrame:
         "gpus": df["num_gpus"].to_numpy(dtype=float),
         "vc": df["cluster"].astype(str).to_numpy() if "cluster" in df else "",
         "model": df["model"].astype(str).to_numpy() if "model" in df else "",
+        "row": np.arange(len(df)) + 2,  # file line, as the trace readers number rows
     })
     return out.sort_values("submit", kind="stable").reset_index(drop=True)
 

@@ -165,12 +165,33 @@ def _check(feats: pd.DataFrame) -> None:
         raise OptschedError(f"predictor: features lack {missing[0]!r} (build them with optsched.predict.features)")
 
 
+class JobPredictions:
+    """Predictions made ahead of time, by job id: what a caller uses when the
+    executor's instances cannot carry the features (the simulator's instances
+    have no vc, model or history; bench/seed_compare.py predicts every job from
+    the trace's causal history with a fitted DurationPredictor and passes this
+    as the ``predictor`` policy option). Unknown ids get the prior."""
+
+    def __init__(self, durations: dict[str, float], contributions: pd.DataFrame | None = None, kind: str = "table"):
+        self.durations = {str(k): float(v) for k, v in durations.items()}
+        self.table = contributions
+        self.kind = kind
+
+    def predict_instance(self, inst, contributions: bool = True):
+        prior = prior_duration(inst.scale_factor)
+        d = np.array([self.durations.get(j, p) for j, p in zip(inst.job_ids, prior)])
+        c = None
+        if contributions and self.table is not None:
+            c = self.table.reindex(list(inst.job_ids)).fillna(0.0).reset_index(drop=True)
+        return d, c
+
+
 _LOADED: dict[str, DurationPredictor] = {}
 
 
 def resolve_predictor(predictor=None) -> DurationPredictor | None:
     """A DurationPredictor, a path to a saved one, or None: $OPTSCHED_PREDICTOR if set."""
-    if isinstance(predictor, DurationPredictor):
+    if isinstance(predictor, DurationPredictor) or hasattr(predictor, "predict_instance"):
         return predictor
     path = predictor or os.environ.get("OPTSCHED_PREDICTOR")
     if not path:
@@ -196,6 +217,9 @@ def predicted_durations(inst, predictor=None, contributions: bool = True) -> tup
     p = resolve_predictor(predictor)
     if p is None:
         return prior_duration(inst.scale_factor), "prior", None
+    if hasattr(p, "predict_instance"):
+        d, c = p.predict_instance(inst, contributions)
+        return d, f"predictor:{p.kind}", c
     from optsched.predict.features import instance_features
 
     feats = instance_features(inst)
