@@ -86,10 +86,10 @@ def allocate(inst: Instance, policy: str = "allox", solver: str = "auto", time_l
     machine, position, cost = min_cost_assignment(P) if len(chosen) else (np.zeros(0, int), np.zeros(0, int), 0.0)
     # Run order: running jobs first, then per machine from the highest position (first to run) down.
     order_key = np.full(inst.n, np.inf)
-    order_key[running] = -1.0
     order_key[chosen] = -position.astype(float)  # larger position runs earlier
+    order_key[running] = -np.inf  # running jobs keep their GPUs (placed first)
     pinned_first = np.lexsort((inst.arrival_time, order_key))
-    pinned_first = pinned_first[np.isfinite(order_key[pinned_first])]
+    pinned_first = pinned_first[order_key[pinned_first] < np.inf]
     Tm = np.zeros_like(inst.throughput)
     Tm[running] = inst.throughput[running]
     for i, m in enumerate(chosen):

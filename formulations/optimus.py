@@ -9,9 +9,9 @@ the remaining work (``steps_remaining``; the convergence model's estimate
 when a caller supplies it; elastic jobs without a length: equal remaining
 work, R = 1, documented). Optimus's greedy:
 
-1. every job gets its smallest configuration on its fastest type, jobs in
-   order of the largest completion rate per GPU 1/(t_m(c₀)·g₀) (shortest
-   remaining GPU-time first), while GPUs last;
+1. every job gets its smallest configuration on its fastest type with room,
+   jobs in order of the largest completion rate per GPU 1/(t_m(c₀)·g₀)
+   (shortest remaining GPU-time on the fastest type first), while GPUs last;
 2. then, repeatedly, the admitted job whose next larger configuration on the
    same type has the largest marginal gain (t_m(c) − t_m(c'))/(g' − g) > 0
    grows to it, while it fits.
@@ -49,10 +49,13 @@ def allocate(inst: Instance, policy: str = "optimus", solver: str = "auto", time
     choice = np.full(n, -1)
     key = t[np.arange(n), c0] * cfg.gpus[c0]
     for m in np.lexsort((inst.arrival_time, key)):
-        c = c0[m]
-        if G[m, c] > 0 and free[cfg.gpu_type[c]] >= cfg.gpus[c]:
-            choice[m] = c
-            free[cfg.gpu_type[c]] -= cfg.gpus[c]
+        # its smallest configuration, fastest type first, on a type with room
+        cands = np.flatnonzero((G[m] > 0) & (cfg.gpus == smallest[m]))
+        for c in cands[np.argsort(-G[m, cands], kind="stable")]:
+            if free[cfg.gpu_type[c]] >= cfg.gpus[c]:
+                choice[m] = c
+                free[cfg.gpu_type[c]] -= cfg.gpus[c]
+                break
     ladders = {}
     heap: list = []
 
