@@ -77,8 +77,11 @@ def _timed(fn, repeat: int):
     return float(np.median(times)), out
 
 
-def _peak_mb(fn, on: bool) -> float:
-    if not on:
+MEMORY_SKIP_SECONDS = 30.0  # a case slower than this is not run again for its peak memory
+
+
+def _peak_mb(fn, on: bool, seconds: float = 0.0) -> float:
+    if not on or seconds > MEMORY_SKIP_SECONDS:
         return float("nan")
     tracemalloc.start()
     try:
@@ -117,11 +120,12 @@ def policy_case(policy: str, n: int, k: int, ref: str | None = None, **options) 
 
         inst = instances.rigid(n, k, ctx.seed)
         solve = lambda: solve_instance(inst, policy, time_limit=600.0, **options)  # noqa: E731
-        t, alloc = _timed(solve, ctx.repeat if n <= 10_000 else 1)
+        levels = policy != "max_min_fairness"
+        t, alloc = _timed(solve, ctx.repeat if n <= (1000 if levels else 10_000) else 1)
         row = _fill(BenchRow(f"{policy}/{n}x{k}", policy, n, k, int(inst.capacity.sum()), total_s=t), alloc)
         if "lp_rounds" in alloc.explanation:
             row.note = f"{alloc.explanation['lp_rounds']} LP levels"
-        row.peak_mb = _peak_mb(solve, ctx.memory)
+        row.peak_mb = _peak_mb(solve, ctx.memory, t)
         if ref == "cvxpy":
             _with_ref(ctx, row, "Gavel-style cvxpy + ECOS", lambda: references.max_min_cvxpy(inst))
         return row
@@ -139,7 +143,7 @@ def pop_case(policy: str, n: int, k: int, partitions: int) -> Case:
         t, alloc = _timed(solve, ctx.repeat if n <= 10_000 else 1)
         row = BenchRow(f"{policy}/{n}x{k}/pop{partitions}", policy, n, k, int(inst.capacity.sum()),
                        variant=f"POP k={partitions}", total_s=t, objective=alloc.objective, status=alloc.status)
-        row.peak_mb = _peak_mb(solve, ctx.memory)
+        row.peak_mb = _peak_mb(solve, ctx.memory, t)
         return _with_ref(ctx, row, "exact solve", lambda: solve_instance(inst, policy, time_limit=600.0).objective)
 
     return Case(f"{policy}/{n}x{k}/pop{partitions}", run)
@@ -170,7 +174,7 @@ def e2e_case(policy: str, n: int, k: int, partitions: int = 1) -> Case:
         t, (parse, alloc) = _timed(once, 1)
         row = _fill(BenchRow(key, policy, n, k, int(inst.capacity.sum()), variant="optsched solve" + (f", POP k={partitions}" if partitions > 1 else ""),
                              total_s=t, parse_s=parse), alloc)
-        row.peak_mb = _peak_mb(once, ctx.memory)
+        row.peak_mb = _peak_mb(once, ctx.memory, t)
         row.note = f"snapshot {len(text) / 2**20:.0f} MB JSON"
         return row
 
@@ -188,7 +192,7 @@ def packing_case(n: int, k: int = 3) -> Case:
         row = _fill(BenchRow(f"packing/{n}x{k}", "max_min_fairness --packing", n, k, int(inst.capacity.sum()),
                              total_s=t), alloc)
         row.note = f"{len(inst.pairs):,} measured pairs, {alloc.explanation.get('pairs_admitted', 0):,} admitted"
-        row.peak_mb = _peak_mb(solve, ctx.memory)
+        row.peak_mb = _peak_mb(solve, ctx.memory, t)
         return _with_ref(ctx, row, "all pairs", lambda: references.packing_all_pairs(inst))
 
     return Case(f"packing/{n}x{k}", run)

@@ -1,0 +1,147 @@
+"""Scale pieces (not timed): POP's merged allocation is feasible for the full
+problem; cached goodput rounds decide like cold ones; packing's candidate rule
+(column generation) reaches the all-pairs optimum; the configuration MILP's
+shortcut stays within its documented gap; `optsched bench` runs, writes CSV and
+compares."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optsched.bench import instances
+from optsched.model import Instance, parse_snapshot
+from optsched.policy import solve_instance
+
+
+def feasible(inst: Instance, X: np.ndarray, tol: float = 1e-7) -> None:
+    assert X.shape == (inst.n, inst.k)
+    assert (X >= -tol).all()
+    assert (X[~inst.available] <= tol).all()
+    assert (X.sum(axis=1) <= 1 + tol).all()
+    assert (inst.scale_factor @ X <= inst.capacity * (1 + tol) + tol).all()
+
+
+@pytest.mark.parametrize("policy", ["max_min_fairness", "max_throughput", "makespan"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pop_merged_allocation_satisfies_the_full_problem(policy, seed):
+    from optsched.pop import solve_partitioned
+
+    inst = instances.rigid(300 + 37 * seed, 3 + seed % 3, seed)
+    for k in (2, 3, 7):
+        alloc = solve_partitioned(inst, policy, k)
+        feasible(inst, alloc.fractions)
+        exact = solve_instance(inst, policy)
+        if policy == "max_min_fairness":  # POP can only lose against the exact solve
+            assert alloc.objective <= exact.objective * (1 + 1e-6)
+
+
+def _rounds(seed, n=40, rounds=3):
+    types = (("t4", 64, 4), ("a100", 32, 8), ("rtx", 32, 8))
+    return [Instance.from_snapshot(parse_snapshot(s)) for s in instances.elastic_rounds(seed, n, types, rounds, churn=0.1)]
+
+
+@pytest.mark.parametrize("policy", ["sia", "pollux"])
+@pytest.mark.parametrize("seed", [3, 4])
+def test_cached_goodput_rounds_decide_like_cold_rounds(policy, seed):
+    from optsched.formulations import configurations as C
+
+    C.GOODPUT_CACHE.clear()
+    for inst in _rounds(seed):
+        warm = solve_instance(inst, policy, solver="highs")
+        hits = C.GOODPUT_CACHE.hits
+        cold_cache = C.GoodputCache()
+        a = C.goodput_matrix(inst, agnostic=(policy == "pollux"), cache=cold_cache)
+        b = C.goodput_matrix(inst, agnostic=(policy == "pollux"))
+        for x, y in ((a.goodput, b.goodput), (a.atomic_bsz, b.atomic_bsz), (a.accum_steps, b.accum_steps)):
+            np.testing.assert_array_equal(x, y)
+        C.GOODPUT_CACHE.clear()
+        cold = solve_instance(inst, policy, solver="highs")
+        np.testing.assert_array_equal(warm.gpu_counts, cold.gpu_counts)
+        assert warm.objective == pytest.approx(cold.objective, rel=1e-12)
+        C.GOODPUT_CACHE.clear()
+        solve_instance(inst, policy, solver="highs")  # warm the cache again for the next round
+    assert hits > 0  # later rounds reused rows of jobs that stayed
+
+
+def test_goodput_cache_misses_when_a_model_changes():
+    import dataclasses
+
+    from optsched.formulations import configurations as C
+
+    inst = _rounds(5, rounds=1)[0]
+    cache = C.GoodputCache()
+    C.goodput_matrix(inst, cache=cache)
+    el = inst.elastic
+    changed = dataclasses.replace(inst, elastic=dataclasses.replace(el, grad_var=el.grad_var * 2.0))
+    before = cache.misses
+    got = C.goodput_matrix(changed, cache=cache)
+    assert cache.misses - before == int(el.is_elastic.sum())
+    np.testing.assert_array_equal(got.goodput, C.goodput_matrix(changed, cache=C.GoodputCache()).goodput)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_packing_candidate_rule_reaches_the_all_pairs_optimum(seed, monkeypatch):
+    import optsched.formulations.base as B
+
+    inst = instances.packing(60 + 10 * seed, seed, pairs_per_job=6, k=2 + seed % 2)
+    exact = solve_instance(inst, "max_min_fairness", packing=True, max_partners=None).objective
+    capped = solve_instance(inst, "max_min_fairness", packing=True, max_partners=2).objective
+    default = solve_instance(inst, "max_min_fairness", packing=True)
+    assert default.status == "optimal"
+    assert default.objective >= exact * (1 - B.CG_GAP) - 1e-9
+    assert default.objective <= exact * (1 + 1e-6)
+    monkeypatch.setattr(B, "CG_GAP", 0.0)
+    monkeypatch.setattr(B, "CG_START_WITH_CAP", False)  # a start far from the optimum: pricing does the work
+    monkeypatch.setattr(B, "CG_START_PER_JOB", 1)
+    assert solve_instance(inst, "max_min_fairness", packing=True).objective == pytest.approx(exact, rel=1e-6)
+    assert capped <= exact * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("policy", ["sia", "pollux"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_configuration_milp_within_its_gap_of_the_exact_optimum(policy, seed):
+    from optsched.bench.references import milp_before
+    from optsched.formulations import configurations as C
+
+    types = (("t4", 96, 4), ("a100", 48, 8), ("rtx", 48, 8)) if policy == "sia" else (("t4", 128, 4),)
+    inst = Instance.from_snapshot(parse_snapshot(instances.elastic_snapshot(seed, 90, types)))
+    alloc = solve_instance(inst, policy, solver="highs")
+    exact = milp_before(inst, policy)
+    ours = alloc.explanation["milp_value"]
+    assert ours <= exact * (1 + 1e-6) + 1e-9
+    assert ours >= exact - C.MIP_REL_GAP * max(abs(alloc.explanation["lp_bound"]), 1.0) - 1e-9
+    counts = alloc.gpu_counts.sum(axis=0)
+    assert (counts <= inst.capacity).all()
+
+
+def test_undominated_pairs_keep_the_optimum():
+    from optsched.formulations import configurations as C
+
+    rng = np.random.default_rng(0)
+    cfg = C.configurations(np.array([16.0, 16.0]), np.array([4, 8]))
+    U = np.where(rng.random((30, len(cfg.gpus))) < 0.8, rng.uniform(0.1, 2.0, (30, len(cfg.gpus))), 0.0)
+    keep = C.undominated(U, cfg)
+    assert keep.sum() < (U > 0).sum()
+    a = C.solve_assignment(U, cfg, np.array([16.0, 16.0]), rel_gap=0.0)
+    b = C.solve_assignment(np.where(keep, U, 0.0), cfg, np.array([16.0, 16.0]), rel_gap=0.0)
+    assert a.objective == pytest.approx(b.objective, rel=1e-9)
+
+
+def test_bench_cli_table_csv_and_compare(tmp_path):
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+
+    out = tmp_path / "a.csv"
+    r = CliRunner().invoke(app, ["bench", "--quick", "--only", "allocator", "--repeat", "1", "--no-memory", "--csv", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "allocator/1000jobs/256gpu" in r.output and "load average" in r.output
+    text = out.read_text()
+    assert text.startswith("# cores=") and "total_s" in text
+    r = CliRunner().invoke(app, ["bench", "--quick", "--only", "allocator", "--repeat", "1", "--no-memory",
+                                 "--compare", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "old / new" in r.output
+    r = CliRunner().invoke(app, ["bench", "--only", "no-such-case"])
+    assert r.exit_code == 2
