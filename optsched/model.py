@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -198,6 +198,12 @@ class Snapshot(_Strict):
     # and the deficit tie-breakers per job and type.
     rounds_present: dict[str, float] | None = None
     deficits: dict[str, dict[str, float]] | None = None
+    # The rest of the allocator's memory (optsched.allocator, validated when an
+    # Allocator loads it, errors naming "allocator.<key>"): {"round": the next
+    # Placement.round, "credits": {unit: {gpu type: rounds}} record() gave this
+    # round, "removed": [ids of removed jobs], "adopt_allocation": bool}.
+    # Absent (older snapshots): round 0, no credits, no removals.
+    allocator: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _check_jobs(self) -> "Snapshot":

@@ -64,7 +64,7 @@ def snapshot_of(inst: Instance, cluster, state: dict):
 
 
 def decisions(p):
-    return p.assignments, p.started, p.preempted, p.continued, p.migrated
+    return p.assignments, p.started, p.preempted, p.continued, p.migrated, p.round
 
 
 @settings(max_examples=40, deadline=None)
@@ -74,19 +74,23 @@ def decisions(p):
     kind=st.sampled_from(["fractions", "pairs", "gpu_counts"]),
     placement=st.sampled_from(["consolidated", "first_fit"]),
     type_order=st.sampled_from(["fixed", "shuffle"]),
+    migration_cost=st.sampled_from([0.0, 0.0, 120.0]),
 )
-def test_restored_allocators_decide_exactly_like_the_live_one(seed, queue, kind, placement, type_order):
-    run_sequence(seed, queue, kind, placement, type_order)
+def test_restored_allocators_decide_exactly_like_the_live_one(seed, queue, kind, placement, type_order, migration_cost):
+    run_sequence(seed, queue, kind, placement, type_order, migration_cost=migration_cost)
 
 
-def run_sequence(seed: int, queue: str, kind: str, placement: str, type_order: str, rounds: int = 40) -> None:
+def run_sequence(seed: int, queue: str, kind: str, placement: str, type_order: str, rounds: int = 40,
+                 migration_cost: float = 0.0) -> None:
     """Arrivals, departures (remove or vanishing), allocation changes and
-    record() calls; after every round two allocators are rebuilt from their
-    own state. Decisions and states must stay identical to the live one's."""
+    record() calls (some twice); after every round two allocators are rebuilt
+    from their own state. Decisions (round numbers included) and states must
+    stay identical to the live one's."""
     rng = np.random.default_rng(seed)
     pool = random_instance(rng, int(rng.integers(4, 30)), int(rng.integers(1, 4)))
     cluster = random_cluster(rng, pool)
-    options = dict(placement=placement, seed=seed % 97, queue=queue, type_order=type_order, round_length=ROUND)
+    options = dict(placement=placement, seed=seed % 97, queue=queue, type_order=type_order, round_length=ROUND,
+                   migration_cost=migration_cost)
     live, loaded, merged = (Allocator(cluster, **options) for _ in range(3))
     active = rng.random(pool.n) < 0.6
     active[0] = True
@@ -97,12 +101,19 @@ def run_sequence(seed: int, queue: str, kind: str, placement: str, type_order: s
         ps = [a.next_round(inst, alloc) for a in (live, loaded, merged)]
         assert decisions(ps[0]) == decisions(ps[1]), f"round {r}: load_state diverged"
         assert decisions(ps[0]) == decisions(ps[2]), f"round {r}: snapshot merge diverged"
-        # The executor: some jobs ran less than the round (finished, failed).
+        assert live.state() == merged.state(), f"round {r}: snapshot merge remembers otherwise"
+        # The executor: some jobs ran less than the round (finished, failed);
+        # a second record() after a restore corrects from the first.
         for j in ps[0].assignments:
             if rng.random() < 0.2:
                 t, s = ps[0].gpu_type(j), float(rng.uniform(0, ROUND))
                 for a in (live, loaded, merged):
                     a.record(j, t, s)
+        # (Solo jobs only: a packed job whose partner vanishes is credited to the
+        # pair by the live allocator and to itself by one restored without it.)
+        shared = {g for j, slots in ps[0].assignments.items() for g in slots
+                  if sum(g in o for o in ps[0].assignments.values()) > 1}
+        again = [j for j, slots in ps[0].assignments.items() if rng.random() < 0.1 and not shared & set(slots)]
         # Departures (remove), vanishing jobs (no remove), arrivals.
         leaving = [m for m in np.flatnonzero(active) if rng.random() < 0.08]
         if len(leaving) < active.sum():
@@ -122,6 +133,16 @@ def run_sequence(seed: int, queue: str, kind: str, placement: str, type_order: s
         loaded.load_state(state)
         merged = Allocator.from_snapshot(snapshot_of(inst, cluster, json.loads(json.dumps(merged.state()))), **options)
         assert live.state() == loaded.state()
+        known = live.state()["rounds_present"]
+        for j in (j for j in again if j in inst.job_ids and j in known):  # after the restore: its first credit too
+            t, s = ps[0].gpu_type(j), float(rng.uniform(0, ROUND))
+            for a in (live, loaded, merged):
+                a.record(j, t, s)
+        assert live.state() == loaded.state()
+        # A removed job removed again after a restore: still a no-op.
+        if removed_before := sorted(live.state()["allocator"]["removed"]):
+            for a in (live, loaded, merged):
+                a.remove(removed_before[:1])
 
 
 def alloc_copy(alloc: Allocation, before: Instance, now: Instance) -> Allocation:
@@ -238,6 +259,14 @@ def test_a_new_allocation_naming_a_job_not_in_the_round_is_an_error_naming_it():
     (lambda s: s["placement"].update(j0=[{"server": "t0-0", "gpu_type": "t0", "gpu": 0}],
                                      j1=[{"server": "t0-0", "gpu_type": "t0", "gpu": 0},
                                          {"server": "t0-0", "gpu_type": "t0", "gpu": 1}]), "held by 'j0', 'j1'"),
+    (lambda s: s.update(allocator=[1]), "allocator: expected a mapping"),
+    (lambda s: s["allocator"].update(rounds=3), "allocator: unknown field 'rounds'"),
+    (lambda s: s["allocator"].update(round=-1), "allocator.round: expected a non-negative whole number"),
+    (lambda s: s["allocator"].update(round=2.5), "allocator.round: expected a non-negative whole number"),
+    (lambda s: s["allocator"].update(removed="j0"), "allocator.removed: expected a list of job ids"),
+    (lambda s: s["allocator"].update(adopt_allocation="yes"), "allocator.adopt_allocation: expected true or false"),
+    (lambda s: s["allocator"].update(credits={"j0": {"t9": 0.5}}), r"allocator.credits\['j0'\]: unknown GPU type 't9'"),
+    (lambda s: s["allocator"].update(credits={"nobody": {"t0": 0.5}}), r"allocator.credits\['nobody'\]: job 'nobody' did not run on t0"),
 ])
 def test_malformed_state_is_an_error_naming_the_field(edit, message):
     inst, cluster, alloc, a = warmed(pairs=False)
@@ -247,6 +276,38 @@ def test_malformed_state_is_an_error_naming_the_field(edit, message):
     with pytest.raises(OptschedError, match=message):
         a.load_state(bad)
     assert a.state() == before
+
+
+def test_round_counter_credits_and_removals_survive_a_snapshot():
+    """What five fields lost: Placement.round, a second record() in the same
+    round, removing a removed job again — all carried by ``allocator``."""
+    inst, cluster, alloc, a = warmed(pairs=False)
+    p = a.next_round(inst, alloc)
+    j = next(iter(p.assignments))
+    a.record(j, p.gpu_type(j), 100.0)
+    gone = next(x for x in inst.job_ids if x != j)
+    a.remove(gone)
+    state = json.loads(json.dumps(a.state()))
+    assert state["allocator"]["round"] == p.round + 1 and state["allocator"]["removed"] == [gone]
+    keep = np.array([x != gone for x in inst.job_ids])
+    b = Allocator.from_snapshot(snapshot_of(subset(inst, keep), cluster, state), type_order="shuffle")
+    a.record(j, p.gpu_type(j), 200.0)  # corrects the 100 s, not a full round
+    b.record(j, p.gpu_type(j), 200.0)
+    a.remove(gone)
+    b.remove(gone)  # a no-op, as on the live one
+    assert a.state() == b.state()
+    pa, pb = a.next_round(subset(inst, keep), alloc), b.next_round(subset(inst, keep), alloc)
+    assert decisions(pa) == decisions(pb) and pb.round == p.round + 1
+
+
+def test_an_older_state_without_the_allocator_field_still_loads():
+    inst, cluster, alloc, a = warmed(pairs=False)
+    state = a.state()
+    del state["allocator"]
+    b = Allocator(cluster, type_order="shuffle")
+    b.load_state(state)
+    assert b.state()["allocator"] == {"round": 0, "credits": {}, "removed": []}
+    assert decisions(a.next_round(inst, alloc))[:5] == decisions(b.next_round(inst, alloc))[:5]
 
 
 def test_a_placement_handed_out_does_not_change_when_jobs_are_removed_later():

@@ -40,11 +40,18 @@ from optsched.allocator.inputs import AllocationView, InputReader, JobsView
 from optsched.allocator.ledger import RESET_TOLERANCE, Books, Period, RoundBooks, commit, gather, is_reset, period, rows_of
 from optsched.allocator.ledger import digest as ledger_digest
 from optsched.allocator.state import PRIOR_ROUNDS, STATE_FIELDS, AllocatorState, Columns, members, pair_key
-from optsched.allocator.walk import NEVER_RUN, QUEUES, PairEntry, Standing, Units, WalkOptions, units_from_counts, walk
+from optsched.allocator.walk import (
+    NEVER_RUN, QUEUES, PairEntry, Standing, Sticky, Units, WalkOptions, units_from_counts, walk,
+)
 from optsched.model import Allocation, Cluster, Instance, OptschedError, Snapshot
 from optsched.placement import DEFAULT_GPUS_PER_SERVER, Layout, placement_policies
 
 log = logging.getLogger("optsched.allocator")
+
+# migration_cost → hysteresis H = 20 · migration_cost / round_length rounds: a job
+# that alternates between types moves about every H rounds, so its moves cost
+# ≲ 5% of the time it runs.
+HYSTERESIS_PER_COST = 20.0
 
 
 class Allocator:
@@ -74,6 +81,8 @@ class Allocator:
         type_order: str | Sequence[str] = "fixed",
         work_conserving: bool = True,
         queue: str = "phased",
+        migration_cost: float = 0.0,
+        hysteresis: float | None = None,
     ):
         if placement not in placement_policies():
             raise OptschedError(f"placement: unknown policy {placement!r} (choose from {', '.join(placement_policies())})")
@@ -83,6 +92,12 @@ class Allocator:
             raise OptschedError(f"placement_time_limit: must be positive (got {placement_time_limit})")
         if queue not in QUEUES:
             raise OptschedError(f"queue: unknown queue discipline {queue!r} (choose from {', '.join(QUEUES)})")
+        if isinstance(migration_cost, bool) or not isinstance(migration_cost, (int, float)) \
+                or not (np.isfinite(migration_cost) and migration_cost >= 0):
+            raise OptschedError(f"migration_cost: must be a finite number of seconds >= 0 (got {migration_cost!r})")
+        if hysteresis is not None and (isinstance(hysteresis, bool) or not isinstance(hysteresis, (int, float))
+                                       or not (np.isfinite(hysteresis) and hysteresis >= 0)):
+            raise OptschedError(f"hysteresis: must be a finite number of rounds >= 0 (got {hysteresis!r})")
         self.cluster = cluster
         self.placement = placement
         self.seed = int(seed)
@@ -90,19 +105,20 @@ class Allocator:
         self.placement_time_limit = float(placement_time_limit)
         self.work_conserving = work_conserving
         self.queue = queue
+        self.migration_cost = float(migration_cost)
+        # Rounds of lag a running unit may fall behind elsewhere before it moves.
+        self.hysteresis = float(hysteresis) if hysteresis is not None else \
+            HYSTERESIS_PER_COST * self.migration_cost / self.round_length
         self.layout = Layout.from_cluster(cluster, gpus_per_server)
         self.cols = Columns.of(cluster.gpus, self.layout)
         self.gpu_types = self.cols.gpu_types
         self.walk_options = WalkOptions(queue, work_conserving, _type_order(type_order, cluster, self.cols),
                                         type_order == "shuffle", self.seed)
-        self.placement_options = PlacementOptions(placement, self.placement_time_limit, self.seed)
+        self.placement_options = PlacementOptions(placement, self.placement_time_limit, self.seed, self.hysteresis > 0)
         self._slots = [tl.slots for tl in self.cols.types]
         self._inputs = InputReader(self.cols)
         self._state = AllocatorState.empty(self.cols.k)
         self._cache: dict = {}  # derived from the state, cleared when it is replaced
-        self._credits: dict = {}  # record() corrections this round: (unit, column) -> rounds credited
-        self._removed: set[str] = set()
-        self._round = 0
 
     # ------------------------------------------------------------------
     # State in and out
@@ -123,7 +139,7 @@ class Allocator:
         jobs on one GPU that are not a packed pair is an OptschedError naming
         the field, and nothing changes. Jobs not in ``active`` are dropped."""
         self._state = AllocatorState.from_dict(state, self.cols, self.seed, active)
-        self._cache, self._credits, self._removed = {}, {}, set()
+        self._cache = {}
 
     def state(self) -> dict:
         """JSON-able allocator state, named like the Snapshot fields that carry it."""
@@ -151,8 +167,8 @@ class Allocator:
             raise OptschedError(f"record: job {job_id!r} did not run on {gpu_type} in the last round (nothing to credit)")
         unit = st.lease.unit.get(job_id, job_id)
         credit = seconds / self.round_length
-        delta = credit - self._credits.get((unit, c), 1.0)
-        self._credits[(unit, c)] = credit
+        delta = credit - st.credits.get((unit, c), 1.0)
+        st.credits[(unit, c)] = credit
         if isinstance(unit, tuple):
             p = st.pairs.get(unit)
             if p is not None:
@@ -165,15 +181,16 @@ class Allocator:
         """Finished jobs leave: their GPUs are freed and their counters dropped.
         Removing a job twice is a no-op; a job never seen is an error."""
         ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
-        unknown = [j for j in ids if j not in self._state.jobs.row and j not in self._removed]
+        unknown = [j for j in ids if j not in self._state.jobs.row and j not in self._state.removed]
         if unknown:
             raise OptschedError(f"remove: unknown job {unknown[0]!r}")
         self._forget(set(ids))
 
     def _forget(self, gone: set[str]) -> None:
-        self._state.forget(gone)
-        self._removed |= gone
-        self._credits = {k: v for k, v in self._credits.items() if not gone & set(members(k[0]))}
+        st = self._state
+        st.forget(gone)
+        st.removed |= gone
+        st.credits = {k: v for k, v in st.credits.items() if not gone & set(members(k[0]))}
 
     # ------------------------------------------------------------------
     # The round
@@ -203,11 +220,11 @@ class Allocator:
         units = self._units(view, av, books, per)
         seats = seat(units, ids, lease, self.cols, self.placement_options)
         seats.notes[:0] = av.notes
-        diff = round_diff(ids, seats, lease, books.running.tolist(), self._slots, round_no=self._round)
+        diff = round_diff(ids, seats, lease, books.running.tolist(), self._slots, round_no=st.round)
         commit(st, RoundBooks(ids, at, av.x, books, per, av.pairs, seats, diff), self.seed, self._cache)
         st.adopt_next = False
-        self._credits = {}
-        self._round += 1
+        st.credits = {}
+        st.round += 1
         if gone:
             log.warning("jobs %s left without remove(); removed", ", ".join(map(repr, sorted(gone))))
             self._forget(gone)
@@ -238,7 +255,35 @@ class Allocator:
                             view.usable, view.widths, lambda m: gpus.get(ids[m], ()))
         pairs = [PairEntry(a, b, xp, per.pairs.get(pair_key(ids[a], ids[b]))) for a, b, xp in av.pairs]
         digest = ledger_digest(books, per.pairs, ids) if self.walk_options.shuffle else 0
-        return walk(standing, pairs, self.walk_options, self.cols.capacity, digest)
+        sticky = self._sticky(ids, av, books, pairs) if self.hysteresis > 0 else None
+        return walk(standing, pairs, self.walk_options, self.cols.capacity, digest, sticky)
+
+    def _sticky(self, ids: tuple[str, ...], av: AllocationView, books: Books, pairs: list[PairEntry]) -> Sticky | None:
+        """Where each running job stays (migration-aware walk): the type it ran
+        on last round, as the unit it ran in if that pair is still allocated
+        there, else alone; never a type its X gives 0 to."""
+        lease, n = self._state.lease, len(ids)
+        col, lag = np.full(n, -1, dtype=np.int64), np.zeros(n)
+        pair_at = {(p.a, p.b): p for p in pairs}
+        pos = {j: m for m, j in enumerate(ids)} if any(isinstance(u, tuple) for u in lease.unit.values()) else {}
+        for m in np.flatnonzero(books.running).tolist():
+            per = lease.gpus.get(ids[m])
+            if per is None or len(per) != 1:
+                continue
+            (c,) = per
+            unit = lease.unit.get(ids[m])
+            if isinstance(unit, tuple):
+                a, b = sorted((pos.get(unit[0], -1), pos.get(unit[1], -1)))
+                p = pair_at.get((a, b))
+                if p is not None and p.x[c] > 0:
+                    mem = p.memory
+                    present = mem.present if mem is not None else PRIOR_ROUNDS
+                    received = mem.received[c] if mem is not None else PRIOR_ROUNDS
+                    col[m], lag[m] = c, p.x[c] * present - received
+                    continue
+            if av.x[m, c] > 0:
+                col[m], lag[m] = c, av.x[m, c] * books.present[m] - books.received[m, c]
+        return Sticky(col, lag, self.hysteresis) if (col >= 0).any() else None
 
 
 def _type_order(type_order, cluster: Cluster, cols: Columns) -> tuple[int, ...]:

@@ -20,6 +20,7 @@ class PlacementOptions:
     policy: str = "consolidated"
     time_limit: float = 1.0  # seconds for CP-SAT, shared by the types placed
     seed: int = 0
+    sticky: bool = False  # migration-aware: a job keeps its GPUs even when its unit changed (pair split or formed)
 
 
 @dataclass
@@ -58,7 +59,14 @@ def seat(units: Units, ids: tuple[str, ...], lease: Lease, cols: Columns, opts: 
                 first = key[0]
             keys.append(key)
             widths.append(w)
-            prev.append(held[first].get(c) if held_as.get(first) == key else None)
+            p = held[first].get(c) if held_as.get(first) == key else None
+            if p is None and opts.sticky:
+                for m in mem:
+                    g = held.get(ids[m])
+                    if g is not None and len(g) == 1 and len(g.get(c, ())) == w:
+                        p = g[c]
+                        break
+            prev.append(p)
         gs = place_greedy_fast(tl, widths, prev, consolidate) if greedy else None
         if gs is None:  # a wide unit to place, overlapping leases, or CP-SAT
             res = place(tl, np.array(widths, dtype=np.int64), prev, opts.policy, limit, opts.seed, score=False)

@@ -16,12 +16,18 @@ bit (JSON keeps a float's repr). Conventions that make five fields enough:
   so "never ran" (Gavel's X·1e9 priority) survives a restore;
 - ``placement`` keeps each job's GPUs in the order they were given.
 
+The rest of the memory goes in a sixth field, ``allocator`` (the Snapshot's
+``allocator``): ``round`` (the next ``Placement.round``), ``credits`` (what
+``record()`` credited this round, per unit and type, so a second ``record()``
+after a restore corrects from the same value), ``removed`` (ids of removed
+jobs, so removing one again stays a no-op; jobs dropped on load because the
+snapshot no longer lists them join it) and ``adopt_allocation`` (loaded from
+an older snapshot without ``prior_allocation``, no round since). A state
+without it (older snapshots) loads as round 0 with no credits or removals.
+
 Derived on load, never stored: the tie-break numbers (seed, job id), which
 jobs ran last round (the placement), the pair a job ran in (two jobs on the
-same GPUs). Not stored: the round counter (``Placement.round``), corrections
-made by ``record()`` (a second ``record()`` for the same job and round after a
-restore counts from a full round), and the ids of removed jobs (removing one
-again after a restore is an "unknown job" error).
+same GPUs).
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from optsched.model import GpuSlot, OptschedError
 from optsched.placement import Layout, TypeLayout
 
 PRIOR_ROUNDS = 0.5  # Gavel: every unit starts a period with half a round received on every type
-STATE_FIELDS = ("rounds_received", "rounds_present", "deficits", "prior_allocation", "placement")
+STATE_FIELDS = ("rounds_received", "rounds_present", "deficits", "prior_allocation", "placement", "allocator")
+ALLOCATOR_FIELDS = ("round", "credits", "removed", "adopt_allocation")
 
 UnitKey = str | tuple[str, str]  # a job id, or a packed pair (sorted ids)
 
@@ -200,6 +207,9 @@ class AllocatorState:
     # Loaded from an older snapshot without prior_allocation: adopt the next
     # allocation as the one in force instead of starting a new period.
     adopt_next: bool = False
+    round: int = 0  # the next Placement.round
+    credits: dict = field(default_factory=dict)  # record() this round: (unit, column) -> rounds credited
+    removed: set = field(default_factory=set)  # ids of removed jobs
 
     @classmethod
     def empty(cls, k: int) -> "AllocatorState":
@@ -244,8 +254,14 @@ class AllocatorState:
         for j, per in self.lease.gpus.items():
             slots = [cols.types[c].slots[g] for c, gs in per.items() for g in gs.tolist()]
             placement[j] = [{"server": s.server, "gpu_type": s.gpu_type, "gpu": s.gpu} for s in slots]
+        credits: dict = {}
+        for (u, c), v in sorted(self.credits.items(), key=lambda kv: (unit_name(kv[0][0]), kv[0][1])):
+            credits.setdefault(unit_name(u), {})[types[c]] = float(v)
+        memory = {"round": int(self.round), "credits": credits, "removed": sorted(self.removed)}
+        if self.adopt_next:
+            memory["adopt_allocation"] = True
         return {"rounds_received": received, "rounds_present": present, "deficits": deficits,
-                "prior_allocation": prior, "placement": placement}
+                "prior_allocation": prior, "placement": placement, "allocator": memory}
 
     @classmethod
     def from_dict(cls, data: dict, cols: Columns, seed: int, active: set[str] | None = None) -> "AllocatorState":
@@ -271,7 +287,16 @@ class AllocatorState:
         state = cls.empty(cols.k)
         state._fill(rows, present, seed)
         state.lease = Lease(gpus, unit)
-        state.adopt_next = data.get("prior_allocation") is None and bool(rows["rounds_received"] or gpus)
+        memory = _read_memory(data.get("allocator"), cols, state.lease, keep)
+        state.adopt_next = (data.get("prior_allocation") is None and bool(rows["rounds_received"] or gpus)) \
+            or memory["adopt_allocation"]
+        state.round = memory["round"]
+        state.credits = memory["credits"]
+        state.removed = memory["removed"]
+        if active is not None:  # jobs the snapshot no longer lists have left: removed
+            state.removed |= {j for name in _read_tables(data).values() for u in name for j in members(u)
+                              if j not in active}
+            state.removed |= {j for j in _read_placement(data) if j not in active}
         t = state.jobs
         for j in gpus:
             if j not in t.row:
@@ -316,6 +341,50 @@ def _read_tables(data) -> dict:
         if not isinstance(table, dict):
             raise OptschedError(f"{name}: expected a mapping of job id to values, got {type(table).__name__}")
         out[name] = {_unit_of(u, name): v for u, v in table.items()}
+    return out
+
+
+def _read_memory(memory, cols: Columns, lease: Lease, keep) -> dict:
+    """The ``allocator`` field: round counter, this round's record() credits,
+    removed job ids (absent: an older snapshot — round 0, nothing else)."""
+    out = {"round": 0, "credits": {}, "removed": set(), "adopt_allocation": False}
+    if memory is None:
+        return out
+    if not isinstance(memory, dict):
+        raise OptschedError(f"allocator: expected a mapping ({', '.join(ALLOCATOR_FIELDS)}), got {type(memory).__name__}")
+    unknown = [f for f in memory if f not in ALLOCATOR_FIELDS]
+    if unknown:
+        raise OptschedError(f"allocator: unknown field {unknown[0]!r} (fields: {', '.join(ALLOCATOR_FIELDS)})")
+    r = memory.get("round", 0)
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
+        raise OptschedError(f"allocator.round: expected a non-negative whole number, got {r!r}")
+    out["round"] = int(r)
+    adopt = memory.get("adopt_allocation", False)
+    if not isinstance(adopt, bool):
+        raise OptschedError(f"allocator.adopt_allocation: expected true or false, got {adopt!r}")
+    out["adopt_allocation"] = adopt
+    removed = memory.get("removed") or []
+    if not isinstance(removed, list) or not all(isinstance(j, str) for j in removed):
+        raise OptschedError("allocator.removed: expected a list of job ids (strings)")
+    out["removed"] = set(removed)
+    credits = memory.get("credits") or {}
+    if not isinstance(credits, dict):
+        raise OptschedError(f"allocator.credits: expected a mapping of unit to {{GPU type: rounds}}, got {type(credits).__name__}")
+    for name, per in credits.items():
+        u = _unit_of(name, "allocator.credits")
+        where = f"allocator.credits[{unit_name(u)!r}]"
+        if not isinstance(per, dict):
+            raise OptschedError(f"{where}: expected a mapping of GPU type to rounds, got {type(per).__name__}")
+        for t, v in per.items():
+            if t not in cols.index:
+                raise OptschedError(f"{where}: unknown GPU type {t!r}")
+            c = cols.index[t]
+            if not keep(u):
+                continue  # a job that has left: its credit goes with it
+            for j in members(u):
+                if c not in lease.gpus.get(j, {}) or lease.unit.get(j) != u:
+                    raise OptschedError(f"{where}: job {j!r} did not run on {t} as this unit in the last round (placement)")
+            out["credits"][(u, c)] = _number(v, f"{where}[{t!r}]", negative=False)
     return out
 
 

@@ -29,6 +29,25 @@ already scheduled this round and units wider than the GPUs left on the type:
 Then (``work_conserving``, not ``gavel``) idle GPUs go to the units still
 waiting that can use them: those already running on the type first, then the
 least served, then the tie-break.
+
+Migration-aware rounds (``Sticky``, the Allocator's ``migration_cost``): a
+unit that ran last round on type c with X[u, c] > 0 *stays* there unless its
+share requires a move. With lag[u, j] = X[u, j]·present − received (rounds
+behind its share on j) and the hysteresis H (rounds):
+
+- its entries on other types are walked after every other entry, unless
+  lag[u, j] − lag[u, c] > H (it is more than H rounds further behind there);
+  if it then cannot stay (c is full of higher priorities), the walk is redone
+  once with its entries in their normal places, so it moves rather than
+  waits;
+- its entry on c is sorted as if it had been present H more rounds
+  (priority X·(present + H) / received): a running job keeps its GPUs until a
+  waiting one is behind by about X·H rounds more (fewer preemptions);
+- idle GPUs go first to waiting units that ran on that type last round.
+
+Every lag stays within H (+ the integrality of rounds) of the default walk's,
+so the long-run fractions still converge to X; a job is never held on a type
+its X gives 0 to (no stay entry there). H = 0 never applies.
 """
 
 from __future__ import annotations
@@ -64,6 +83,16 @@ class WalkOptions:
         pos = np.empty(len(walk), dtype=np.int64)
         pos[walk] = np.arange(len(walk))
         return walk, pos
+
+
+@dataclass(frozen=True)
+class Sticky:
+    """Migration-aware walk: where each job ran last round and how far behind
+    its share it is there (the unit it ran as, or the job alone)."""
+
+    col: np.ndarray  # (n,) int: the column to stay on, -1: none (did not run, split, or X = 0 there)
+    lag: np.ndarray  # (n,) lag on that column (rounds)
+    hysteresis: float  # H (rounds)
 
 
 @dataclass(frozen=True)
@@ -111,7 +140,8 @@ def pair_priority(p: PairEntry, usable: np.ndarray) -> np.ndarray:
         return np.where(ok, np.where(ran & (r > 0), p.x * present / r, p.x * NEVER_RUN), 0.0)
 
 
-def walk(st: Standing, pairs: list[PairEntry], opts: WalkOptions, capacity: np.ndarray, digest: int) -> Units:
+def walk(st: Standing, pairs: list[PairEntry], opts: WalkOptions, capacity: np.ndarray, digest: int,
+         sticky: Sticky | None = None) -> Units:
     """The units that run this round, per column, in the order taken."""
     n, k = len(st.widths), len(capacity)
     gavel = opts.queue == "gavel"
@@ -121,13 +151,70 @@ def walk(st: Standing, pairs: list[PairEntry], opts: WalkOptions, capacity: np.n
     pair_pri = [pair_priority(p, st.usable) for p in pairs]
     queue = _entries(st, pri, pairs, pair_pri, gavel)
     type_walk, pos = opts.type_walk(digest)
-    units: Units = [[] for _ in range(k)]
-    left = capacity.tolist()
-    order = _order(queue, opts.queue, pos)
-    sched = _take(zip(queue.unit[order].tolist(), queue.col[order].tolist()), st, pairs, left, units, gavel)
+    if sticky is not None and sticky.hysteresis > 0 and (sticky.col >= 0).any():
+        queue, demoted, holder = _sticky(queue, st, pairs, sticky)
+        units, left, sched = _walk_once(queue, opts.queue, pos, st, pairs, capacity, gavel, demoted)
+        # A unit that could not stay (its type filled with higher priorities)
+        # moves rather than waits: walk again with its entries in place.
+        stuck = [m for m in np.flatnonzero(sticky.col >= 0).tolist() if not sched[m]]
+        if stuck:
+            lift = np.isin(holder, stuck).any(axis=1)
+            if (demoted & lift).any():
+                units, left, sched = _walk_once(queue, opts.queue, pos, st, pairs, capacity, gavel, demoted & ~lift)
+    else:
+        units, left, sched = _walk_once(queue, opts.queue, pos, st, pairs, capacity, gavel, None)
     if not gavel and opts.work_conserving and sum(left) and not all(sched):
-        _fill_idle(st, sched, left, units, type_walk)
+        _fill_idle(st, sched, left, units, type_walk, in_place_first=sticky is not None and sticky.hysteresis > 0)
     return units
+
+
+def _walk_once(queue: "_Queue", discipline: str, pos, st: Standing, pairs, capacity, gavel: bool, demoted):
+    units: Units = [[] for _ in range(len(capacity))]
+    left = capacity.tolist()
+    order = _order(queue, discipline, pos, demoted)
+    sched = _take(zip(queue.unit[order].tolist(), queue.col[order].tolist()), st, pairs, left, units, gavel)
+    return units, left, sched
+
+
+def _sticky(q: "_Queue", st: Standing, pairs: list[PairEntry], sticky: Sticky):
+    """Migration-aware entries: stay entries sorted with H more rounds
+    present, entries that would move a unit without need demoted. Returns the
+    queue, the demoted mask and each entry's member jobs (-1 padded)."""
+    n = len(st.widths)
+    solo = q.unit < n
+    holder = np.full((len(q.unit), 2), -1, dtype=np.int64)
+    holder[solo, 0] = q.unit[solo]
+    lag = np.empty(len(q.unit))
+    su, sc = q.unit[solo], q.col[solo]
+    lag[solo] = st.x[su, sc] * st.present[su] - st.received[su, sc]
+    present = np.empty(len(q.unit))
+    present[solo] = st.present[su]
+    for i in np.flatnonzero(~solo).tolist():
+        p = pairs[q.unit[i] - n]
+        holder[i] = (p.a, p.b)
+        m = p.memory
+        pr = m.present if m is not None else PRIOR_ROUNDS
+        rc = m.received[q.col[i]] if m is not None else PRIOR_ROUNDS
+        lag[i] = p.x[q.col[i]] * pr - rc
+        present[i] = pr
+    H = sticky.hysteresis
+    demoted = np.zeros(len(q.unit), dtype=bool)
+    stay = np.zeros(len(q.unit), dtype=bool)
+    for h in range(2):
+        mem = holder[:, h]
+        has = mem >= 0
+        home = np.full(len(q.unit), -1, dtype=np.int64)
+        home[has] = sticky.col[mem[has]]
+        at_home = has & (home >= 0)
+        elsewhere = at_home & (q.col != home)
+        base = np.zeros(len(q.unit))
+        base[at_home] = sticky.lag[mem[at_home]]
+        demoted |= elsewhere & (lag - base <= H)
+        stay |= at_home & (q.col == home)
+    pri = q.pri.copy()
+    boost = stay & (pri > 0) & (pri < NEVER_RUN * 1e-3)
+    pri[boost] *= (present[boost] + H) / present[boost]
+    return _Queue(q.unit, q.col, pri, q.deficit, q.x, q.tiebreak), demoted, holder
 
 
 @dataclass(frozen=True)
@@ -154,14 +241,17 @@ def _entries(st: Standing, pri, pairs: list[PairEntry], pair_pri, gavel: bool) -
     return _Queue(*q)
 
 
-def _order(q: _Queue, discipline: str, pos: np.ndarray) -> np.ndarray:
+def _order(q: _Queue, discipline: str, pos: np.ndarray, demoted: np.ndarray | None = None) -> np.ndarray:
     """Entry order: (priority, deficit, X) descending, then the tie-break
-    ("gavel": the earlier job); by type first for the per-type walks."""
+    ("gavel": the earlier job); by type first for the per-type walks;
+    demoted entries (migration-aware walk) after all others."""
     keys = [q.unit if discipline == "gavel" else q.tiebreak, -q.x, -q.deficit, -q.pri]
     if discipline in ("per_type", "gavel"):
         keys.append(pos[q.col])
     elif discipline == "phased":
         keys += [pos[q.col], q.pri < 1.0]
+    if demoted is not None:
+        keys.append(demoted)
     return np.lexsort(keys)
 
 
@@ -198,21 +288,27 @@ def _take(queue: Iterable[tuple[int, int]], st: Standing, pairs: list[PairEntry]
     return sched
 
 
-def _fill_idle(st: Standing, sched: list[bool], left: list[int], units: Units, type_walk: list[int]) -> None:
+def _fill_idle(st: Standing, sched: list[bool], left: list[int], units: Units, type_walk: list[int],
+               in_place_first: bool = False) -> None:
     """Work conservation: idle GPUs to waiting jobs — those already on the
     type first (no needless preemption or move), then the least served, then
-    the tie-break. Few jobs wait here (mostly arrivals the allocation does not
-    cover yet), so the candidates are sorted in Python."""
+    the tie-break. ``in_place_first`` (migration-aware): a first pass over
+    every type takes only jobs that ran there, so a later type in the walk
+    does not take a job that could continue in place. Few jobs wait here
+    (mostly arrivals the allocation does not cover yet), so the candidates
+    are sorted in Python."""
     sfl = st.widths
     waiting = [m for m in range(len(sfl)) if not sched[m]]
     can_use = st.usable[waiting].tolist()
     served = (st.received.sum(axis=1) / np.maximum(st.present, 1.0))[waiting].tolist()
     tb = st.tiebreak[waiting].tolist()
     was_on = [st.held(m) for m in waiting]
-    for c in type_walk:
+    passes = [(c, True) for c in type_walk] if in_place_first else []
+    for c, only_here in passes + [(c, False) for c in type_walk]:
         if left[c] == 0:
             continue
-        cand = [i for i, m in enumerate(waiting) if can_use[i][c] and not sched[m] and sfl[m] <= left[c]]
+        cand = [i for i, m in enumerate(waiting) if can_use[i][c] and not sched[m] and sfl[m] <= left[c]
+                and (not only_here or c in was_on[i])]
         cand.sort(key=lambda i: (c not in was_on[i], served[i], tb[i]))  # stable: ties keep job order
         for i in cand:
             m = waiting[i]
