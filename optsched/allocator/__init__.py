@@ -7,7 +7,8 @@ The parts, in the order a round uses them:
 - ``ledger``: the period's books — rounds received / present, deficits, the
   allocation in force; a reset when the allocation changes;
 - ``walk``: Gavel's priorities (X / fraction received) and the queue walk that
-  picks the units (a job, or a packed pair) to run on each type;
+  picks the units (a job, or a packed pair) to run on each type (migration-aware
+  with a ``migration_cost``: running jobs stay unless their share requires a move);
 - ``assign``: units to GPUs through ``optsched.placement`` (lease extension);
 - ``diff``: the round's Placement: started, preempted, continued, migrated;
 - ``state``: the typed memory and its JSON form (the Snapshot's fields).
@@ -67,6 +68,13 @@ class Allocator:
     without ``remove()``, is removed (its counters and GPUs dropped) with a
     warning on the ``optsched.allocator`` logger: a job that leaves the
     snapshot has left the cluster.
+
+    ``migration_cost`` (seconds a restart or move costs, as the runtime
+    measures it): migration-aware rounds — a running job stays on its type
+    and GPUs unless it is more than H = 20·migration_cost/round_length rounds
+    further behind its share elsewhere, and keeps its GPUs until a waiting job
+    is about X·H rounds further behind (walk.py). ``hysteresis`` sets H in
+    rounds directly. 0 (default): Gavel-style rounds that ignore the cost.
     """
 
     def __init__(
