@@ -141,7 +141,6 @@ def main() -> None:
         out["compare"] = table
         if "lucid" in results and "lucid_ageing" in results:
             jobs = results["lucid"].jobs
-            gt = jobs["scale_factor"] * (jobs["steps_total"] if "steps_total" in jobs else 1)
             big = jobs["job_id"].isin(trace.jobs.loc[(trace.jobs["duration"] * trace.jobs["scale_factor"]).rank(pct=True) > 0.95, "job_id"])
             out["ageing_largest_5pct_avg_jct"] = {
                 p: float(results[p].jobs.loc[big.to_numpy(), "jct"].mean()) for p in ("lucid", "lucid_ageing", "tiresias")
