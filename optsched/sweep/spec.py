@@ -9,7 +9,7 @@ same keys::
     loads = [0.5, 1, 2]
     seeds = [0, 1]
     clusters = ["v100=8,p100=8,k80=8"]             # or cluster = "..."
-    [trace_options]   # jobs, skip, sample, format, philly_cluster, multi_gpu, throughputs
+    [trace_options]   # jobs, skip, sample, format, philly_cluster, multi_gpu, throughputs, length_scale
     jobs = 200
     [options]         # keywords of optsched.simulate (round_length, admission, ...)
     round_length = 360
@@ -38,7 +38,8 @@ from pathlib import Path
 from optsched.model import OptschedError
 
 GENERATORS = ("gavel", "bursty")
-TRACE_OPTIONS = ("jobs", "skip", "sample", "format", "philly_cluster", "multi_gpu", "throughputs", "burst_factor",
+TRACE_OPTIONS = ("jobs", "skip", "sample", "format", "philly_cluster", "multi_gpu", "throughputs", "length_scale",
+                 "burst_factor",
                  "burst_hours", "burst_every_hours", "burst_short")
 AUTO_KEYS = ("candidates", "every", "horizon", "metric", "jct_weight", "parallel")
 AUTO_METRICS = ("jct", "responsiveness", "mix")

@@ -7,6 +7,8 @@
   cut (``skip``, ``jobs``: a contiguous slice in arrival order) or sampled
   (``sample``: N jobs without replacement, seeded by the run's seed), then its
   inter-arrival times are scaled by 1/load (arrivals shifted to start at 0).
+- ``length_scale`` (any trace): every job's steps and duration × the factor
+  (short jobs for quick sweeps and tests).
 """
 
 from __future__ import annotations
@@ -90,6 +92,19 @@ def generate_bursty(table, n_jobs: int, jobs_per_hour: float, seed: int = 0, bur
 
 
 def build_trace(trace: str, trace_options: dict, load: float, seed: int):
+    tr = _build_trace(trace, trace_options, load, seed)
+    scale = trace_options.get("length_scale")
+    if scale is not None and float(scale) != 1.0:
+        if not float(scale) > 0:
+            raise OptschedError(f"trace_options.length_scale: must be positive, got {scale}")
+        j = tr.jobs.copy()
+        j["steps_total"] = j["steps_total"] * float(scale)
+        j["duration"] = j["duration"] * float(scale)
+        tr = replace(tr, jobs=j, notes=tr.notes + (f"job lengths × {float(scale):g}",))
+    return tr
+
+
+def _build_trace(trace: str, trace_options: dict, load: float, seed: int):
     o = trace_options
     if trace in ("gavel", "bursty"):
         from optsched.traces.throughputs import default_throughputs
