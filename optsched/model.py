@@ -17,6 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 SNAPSHOT_VERSION = 1
 
+# Documented size limits (README, "The snapshot"): checked while validating, before
+# any work scales with them (servers synthesized per GPU, matrices jobs x types).
+MAX_GPUS = 100_000  # GPUs in a cluster, all types together (so also per type and per server)
+MAX_GPU_TYPES = 64  # GPU types in a cluster
+MAX_JOBS = 100_000  # jobs in a snapshot
+
 
 class OptschedError(ValueError):
     """A user-facing error: one line, naming the offending field. The CLI prints
@@ -35,7 +41,7 @@ class _Strict(BaseModel):
 class Server(_Strict):
     id: str
     gpu_type: str
-    gpus: int = Field(gt=0)
+    gpus: int = Field(gt=0, le=MAX_GPUS)
     cpus: float | None = Field(default=None, gt=0, description="CPU cores (synergy).")
     memory: float | None = Field(default=None, gt=0, description="Memory, GB (synergy).")
 
@@ -53,9 +59,16 @@ class Cluster(_Strict):
     @field_validator("gpus")
     @classmethod
     def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
+        if len(v) > MAX_GPU_TYPES:
+            raise ValueError(f"{len(v)} GPU types exceed the limit of {MAX_GPU_TYPES}")
         for t, c in v.items():
             if c < 0:
                 raise ValueError(f"gpus[{t!r}] is negative ({c})")
+            if c > MAX_GPUS:
+                raise ValueError(f"gpus[{t!r}] = {c} exceeds the limit of {MAX_GPUS:,} GPUs")
+        total = sum(v.values())
+        if total > MAX_GPUS:
+            raise ValueError(f"{total:,} GPUs in all exceed the limit of {MAX_GPUS:,}")
         return v
 
     @model_validator(mode="after")
@@ -74,6 +87,11 @@ class Cluster(_Strict):
                     raise ValueError(
                         f"servers: {c} {t} GPUs on servers but cluster.gpus[{t!r}] = {self.gpus[t]}"
                     )
+            for t, c in self.gpus.items():
+                if c > 0 and t not in per_type:
+                    raise ValueError(
+                        f"servers: no server for GPU type {t!r} ({c} GPUs); list servers for every type or for none"
+                    )
         return self
 
 
@@ -88,15 +106,15 @@ class GoodputSpec(_Strict):
         description="Per GPU type, the 7 throughput parameters [alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma]; "
         "types without them are bootstrapped from the job's throughput ratio (optsched.goodput.bootstrap).",
     )
-    grad_sqr: float = Field(default=1.0, ge=0, description="|g|^2 measured at init_batch_size.")
-    grad_var: float = Field(default=0.0, ge=0, description="tr(Sigma) measured at init_batch_size.")
-    init_batch_size: float = Field(gt=0, description="M0: the batch size the gradient statistics refer to.")
-    max_batch_size: float | None = Field(default=None, gt=0, description="Largest global batch (default M0).")
+    grad_sqr: float = Field(default=1.0, ge=0, allow_inf_nan=False, description="|g|^2 measured at init_batch_size.")
+    grad_var: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="tr(Sigma) measured at init_batch_size.")
+    init_batch_size: float = Field(gt=0, allow_inf_nan=False, description="M0: the batch size the gradient statistics refer to.")
+    max_batch_size: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="Largest global batch (default M0).")
     local_bsz: tuple[float, float | None] = Field(default=(1.0, None), description="[min, max] per-GPU micro-batch.")
-    min_gpus: int = Field(default=1, ge=1)
-    max_gpus: int | None = Field(default=None, ge=1)
-    num_restarts: int = Field(default=0, ge=0)
-    restart_seconds: float = Field(default=30.0, ge=0, description="Seconds lost per restart (checkpoint + restore).")
+    min_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)
+    max_gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    num_restarts: int = Field(default=0, ge=0, le=10**9)
+    restart_seconds: float = Field(default=30.0, ge=0, allow_inf_nan=False, description="Seconds lost per restart (checkpoint + restore).")
     current: dict[str, tuple[int, int]] | None = Field(
         default=None, description="Current configuration {gpu_type: [gpus, nodes]} (else taken from snapshot.placement)."
     )
@@ -127,27 +145,27 @@ class GoodputSpec(_Strict):
 class Job(_Strict):
     id: str
     model: str = ""
-    scale_factor: int = Field(default=1, gt=0, description="GPUs the job runs on.")
-    weight: float = Field(default=1.0, gt=0, description="Priority weight.")
+    scale_factor: int = Field(default=1, gt=0, le=MAX_GPUS, description="GPUs the job runs on.")
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False, description="Priority weight.")
     throughput: dict[str, float] = Field(
         description="Steps/s at its scale factor per GPU type; a missing type means it cannot run there."
     )
-    steps_total: float | None = Field(default=None, ge=0)
-    steps_done: float = Field(default=0.0, ge=0)
-    arrival_time: float = 0.0
-    elapsed_time: float = Field(default=0.0, ge=0)
-    attained_service: float = Field(default=0.0, ge=0, description="GPU-seconds received so far.")
+    steps_total: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    steps_done: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    arrival_time: float = Field(default=0.0, allow_inf_nan=False)
+    elapsed_time: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    attained_service: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="GPU-seconds received so far.")
     entity: str | None = Field(default=None, description="Tenant/user (hierarchical policies).")
     isolated_time: float | None = Field(
-        default=None, ge=0, description="Cumulative time the job would have run in isolation (Themis)."
+        default=None, ge=0, allow_inf_nan=False, description="Cumulative time the job would have run in isolation (Themis)."
     )
-    slo: float | None = Field(default=None, description="Deadline, absolute seconds (cost/SLO policies).")
+    slo: float | None = Field(default=None, allow_inf_nan=False, description="Deadline, absolute seconds (cost/SLO policies).")
     colocated: dict[str, dict[str, tuple[float, float]]] | None = Field(
         default=None,
         description="Space sharing: {other_job_id: {gpu_type: [t_self, t_other]}} steps/s when packed.",
     )
     last_run_time: float | None = Field(
-        default=None, description="Absolute time the job last ran (Tiresias starvation promotion)."
+        default=None, allow_inf_nan=False, description="Absolute time the job last ran (Tiresias starvation promotion)."
     )
     goodput: GoodputSpec | None = Field(
         default=None, description="Elastic job: goodput model for the configuration policies (pollux, sia)."
@@ -184,9 +202,9 @@ class Job(_Strict):
 
 class Snapshot(_Strict):
     version: Literal[1] = 1
-    time: float = 0.0
+    time: float = Field(default=0.0, allow_inf_nan=False)
     cluster: Cluster
-    jobs: list[Job] = Field(default_factory=list)
+    jobs: list[Job] = Field(default_factory=list, max_length=MAX_JOBS)
     entity_weights: dict[str, float] | None = None
     # Allocator state (optional): rounds received per job and type, the
     # current placement, the prior allocation.
@@ -204,6 +222,16 @@ class Snapshot(_Strict):
     # round, "removed": [ids of removed jobs], "adopt_allocation": bool}.
     # Absent (older snapshots): round 0, no credits, no removals.
     allocator: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_is_unicode(cls, data: Any) -> Any:
+        """Every name is text that can be printed and written: a lone surrogate
+        (JSON "\\ud800") is refused here, naming where it is."""
+        where = _lone_surrogate(data, "")
+        if where is not None:
+            raise ValueError(f"{where or 'snapshot'}: not valid Unicode text (a lone surrogate)")
+        return data
 
     @model_validator(mode="after")
     def _check_jobs(self) -> "Snapshot":
@@ -238,6 +266,32 @@ class Snapshot(_Strict):
             if not math.isfinite(w) or w <= 0:
                 raise ValueError(f"entity_weights[{e!r}] must be finite and > 0 ({w})")
         return self
+
+
+def _lone_surrogate(obj: Any, path: str, depth: int = 0) -> str | None:
+    """The path of the first string (key or value) that is not valid Unicode, else None."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if depth > 64:  # deeper than any snapshot field: pydantic names the wrong type
+        return None
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if isinstance(k, str) and _lone_surrogate(k, "") is not None:
+                return path or "snapshot"
+            got = _lone_surrogate(v, sub, depth + 1)
+            if got is not None:
+                return got
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            got = _lone_surrogate(v, f"{path}[{i}]", depth + 1)
+            if got is not None:
+                return got
+    return None
 
 
 def _check_colocated(i: int, job: "Job", ids: set[str], types: set[str]) -> None:

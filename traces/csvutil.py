@@ -1,27 +1,80 @@
-"""Reading CSV traces so that a bad cell names its row (line in the file)."""
+"""Reading trace files so that a bad file or cell is one line naming its row
+(line in the file): undecodable bytes, a truncated ``.gz``, a malformed CSV."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
+import zlib
 from pathlib import Path
 
 import pandas as pd
 
 from optsched.model import OptschedError
 
+MAX_TRACE_BYTES = 1 << 30  # 1 GiB of (decompressed) text: far above any published trace
+
+
+def read_text(path: str | os.PathLike, where: str) -> str:
+    """The whole file as text (``.gz`` decompressed), or OptschedError naming what is wrong."""
+    p = Path(path)
+    try:
+        if p.suffix == ".gz":
+            with gzip.open(p, "rb") as f:
+                data = f.read(MAX_TRACE_BYTES + 1)
+        else:
+            with open(p, "rb") as f:
+                data = f.read(MAX_TRACE_BYTES + 1)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise OptschedError(f"{where}: not a valid gzip file ({str(e) or 'truncated'})") from None
+    except IsADirectoryError:
+        raise OptschedError(f"{where}: is a directory") from None
+    except OSError as e:
+        raise OptschedError(f"{where}: cannot read ({e.strerror or e})") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise OptschedError(f"{where}: larger than the limit of {MAX_TRACE_BYTES >> 20} MiB of text")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise OptschedError(f"{where}: row {line}: not UTF-8 text (byte {e.start})") from None
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise OptschedError(f"{where}: row {line}: NUL byte (not a text file)")
+    return text
+
 
 def read_csv_checked(path: str | os.PathLike, required: tuple[str, ...], fmt: str) -> tuple[pd.DataFrame, list[int], str]:
     """All cells as strings; rows[i] is the file line of record i (header = line 1)."""
     p = Path(path)
     where = f"{fmt} trace {p}"
+    text = read_text(p, where)
     try:
-        df = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
     except pd.errors.EmptyDataError:
         raise OptschedError(f"{where}: empty file") from None
-    except pd.errors.ParserError as e:
-        raise OptschedError(f"{where}: {str(e).splitlines()[0]}") from None
-    df.columns = [c.strip() for c in df.columns]
+    except (pd.errors.ParserError, ValueError, csv_error()) as e:
+        raise OptschedError(f"{where}: {(str(e).splitlines() or ['malformed CSV'])[0]}") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    if len(set(df.columns)) != len(df.columns):
+        raise OptschedError(f"{where}: duplicate column names in the header ({', '.join(df.columns)})")
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise OptschedError(f"{where}: missing column(s) {', '.join(missing)} (header has {', '.join(df.columns)})")
+    if df.empty:
+        raise OptschedError(f"{where}: no jobs (only a header)")
+    # A row with fewer cells than the header reads as NaN under dtype=str: name it.
+    for c in required:
+        na = df[c].isna().to_numpy()
+        if na.any():
+            i = int(na.argmax())
+            raise OptschedError(f"{where}: row {i + 2}: {c} is missing (fewer cells than the header)")
+    df = df.fillna("")
     return df, list(range(2, len(df) + 2)), where
+
+
+def csv_error():
+    import csv
+
+    return csv.Error

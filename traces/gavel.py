@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from optsched.model import OptschedError
+from optsched.traces.csvutil import read_text
 from optsched.traces.trace import Trace, make_trace, numeric_column
 
 FIELDS_10 = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
@@ -28,8 +29,9 @@ FIELDS_7 = ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_ste
 
 def read_gavel(path: str | os.PathLike) -> Trace:
     p = Path(path)
-    lines = [(i + 1, line.rstrip("\r\n")) for i, line in enumerate(p.read_text().splitlines()) if line.strip()]
     where = f"gavel trace {p}"
+    text = read_text(p, where)
+    lines = [(i + 1, line.rstrip("\r\n")) for i, line in enumerate(text.splitlines()) if line.strip()]
     if not lines:
         raise OptschedError(f"{where}: no jobs")
     width = len(lines[0][1].split("\t"))

@@ -24,7 +24,7 @@ import pandas as pd
 from optsched.model import OptschedError
 from optsched.traces.csvutil import read_csv_checked
 from optsched.traces.throughputs import ThroughputTable
-from optsched.traces.trace import Trace, make_trace, numeric_column
+from optsched.traces.trace import MAX_SECONDS, Trace, make_trace, numeric_column
 
 COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 REFERENCE_GPU = "v100"
@@ -32,10 +32,7 @@ REFERENCE_GPU = "v100"
 
 def read_philly(path: str | os.PathLike, cluster: str | None = None) -> Trace:
     df, rows, where = read_csv_checked(path, COLUMNS, "philly")
-    ts = pd.to_datetime(df["timestamp"], errors="coerce")
-    if ts.isna().any():
-        i = int(np.argmax(ts.isna().to_numpy()))
-        raise OptschedError(f"{where}: row {rows[i]}: timestamp {df['timestamp'].iat[i]!r} is not a date-time")
+    ts = _timestamps(df["timestamp"], rows, where)
     duration = numeric_column(df["duration"], "duration", rows, where)
     gpus = numeric_column(df["num_gpus"], "num_gpus", rows, where, integer=True)
     keep = np.ones(len(df), dtype=bool) if cluster is None else (df["cluster"] == cluster).to_numpy()
@@ -55,6 +52,40 @@ def read_philly(path: str | os.PathLike, cluster: str | None = None) -> Trace:
     }
     return make_trace(rec, "philly", str(path), extra={"cluster": df["cluster"].to_numpy()[idx]},
                       notes=("Philly has no model names: job types are assigned from a seed",))
+
+
+def _timestamps(col: pd.Series, rows, where: str) -> pd.Series:
+    """Naive date-times; the first cell that is not one (garbled, out of range,
+    a time zone mixed with naive times) raises naming its row."""
+    import warnings
+
+    def bad(i: int, why: str = "is not a date-time"):
+        raise OptschedError(f"{where}: row {rows[i]}: timestamp {col.iat[i]!r} {why}")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ts = pd.to_datetime(col, errors="coerce")
+            ok = pd.api.types.is_datetime64_dtype(ts)  # not tz-aware, not objects
+        except (ValueError, TypeError, OverflowError, pd.errors.OutOfBoundsDatetime):
+            ok = False
+        if not ok:  # find the cell: parse one by one
+            for i, v in enumerate(col):
+                try:
+                    t = pd.Timestamp(v)
+                except (ValueError, TypeError, OverflowError, pd.errors.OutOfBoundsDatetime):
+                    bad(i)
+                if t is pd.NaT:
+                    bad(i)
+                if t.tzinfo is not None:
+                    bad(i, "has a time zone (Philly times are naive local times)")
+            bad(0)
+    if ts.isna().any():
+        bad(int(np.argmax(ts.isna().to_numpy())))
+    span = (ts.max() - ts.min()).total_seconds()
+    if span > MAX_SECONDS:
+        bad(int(np.argmax(ts.to_numpy() == ts.max().to_datetime64())), f"lies more than {MAX_SECONDS:g} s after the first")
+    return ts
 
 
 def write_philly(trace: Trace, path: str | os.PathLike, start: str = "2017-10-01 00:00:00") -> None:

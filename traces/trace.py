@@ -25,7 +25,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from optsched.model import OptschedError
+from optsched.model import MAX_GPUS, OptschedError
+
+# Documented limits of a trace's numbers (README, traces): checked while reading,
+# before the simulator's work scales with them.
+MAX_INTEGER = 2**53  # integer cells (exact in a float)
+MAX_SECONDS = 1e10  # arrival times and durations (~317 years)
+MAX_STEPS = 1e15  # total steps of a job
 
 COLUMNS = ("job_id", "arrival_time", "model", "scale_factor", "steps_total", "duration", "weight", "slo", "failed", "row")
 
@@ -86,6 +92,8 @@ def make_trace(records: dict, fmt: str, source: str = "", speed: str = "table", 
     df["job_id"] = df["job_id"].astype(str)
     df["model"] = df["model"].astype(str)
     where = f"{fmt} trace {source}".strip()
+    if n == 0:
+        raise OptschedError(f"{where}: no jobs")
     for col, ok in (
         ("arrival_time", df["arrival_time"] >= 0),
         ("scale_factor", df["scale_factor"] > 0),
@@ -97,6 +105,20 @@ def make_trace(records: dict, fmt: str, source: str = "", speed: str = "table", 
         if bad.any():
             i = int(np.argmax(bad))
             raise OptschedError(f"{where}: row {df['row'].iat[i]}: {col} must be positive, got {df[col].iat[i]}")
+    for col, limit, what in (
+        ("arrival_time", MAX_SECONDS, "s"),
+        ("duration", MAX_SECONDS, "s"),
+        ("steps_total", MAX_STEPS, "steps"),
+        ("scale_factor", MAX_GPUS, "GPUs"),
+        ("weight", 1e6, ""),
+    ):
+        v = df[col].to_numpy(dtype=float)
+        # inf steps_total is the documented "no length" of an elastic (Pollux/Sia) job
+        big = (v > limit) & ~(np.isinf(v) & (col == "steps_total")) | (np.isinf(v) & (col != "steps_total"))
+        if big.any():
+            i = int(np.argmax(big))
+            raise OptschedError(
+                f"{where}: row {df['row'].iat[i]}: {col} {df[col].iat[i]:g} exceeds the limit of {limit:g}{' ' + what if what else ''}")
     no_work = df["steps_total"].isna() & df["duration"].isna()
     if no_work.any():
         i = int(np.argmax(no_work.to_numpy()))
@@ -114,13 +136,18 @@ def numeric_column(values, name: str, rows, where: str, integer: bool = False, a
     s = pd.Series(values, dtype=object)
     x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
     blank = s.isna().to_numpy() | (s.astype(str).str.strip() == "").to_numpy()
-    bad = np.isnan(x) & ~(blank & allow_missing)
+    bad = ~np.isfinite(x) & ~(blank & allow_missing)  # NaN, inf, 1e999: not a number a trace can mean
     if integer:
         bad |= np.isfinite(x) & (x != np.round(x))
     if bad.any():
         i = int(np.argmax(bad))
-        what = "missing" if blank[i] else f"not a{'n integer' if integer else ' number'} ({s.iat[i]!r})"
+        what = "missing" if blank[i] else f"not a{'n integer' if integer else ' finite number'} ({s.iat[i]!r})"
         raise OptschedError(f"{where}: row {rows[i]}: {name} is {what}")
+    if integer:
+        big = np.abs(x) > MAX_INTEGER
+        if big.any():
+            i = int(np.argmax(big))
+            raise OptschedError(f"{where}: row {rows[i]}: {name} {s.iat[i]!r} exceeds the limit of {MAX_INTEGER:,}")
     return x
 
 

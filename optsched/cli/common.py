@@ -4,15 +4,45 @@ user error is one line on stderr and exit code 2 (never a traceback)."""
 from __future__ import annotations
 
 import functools
+import sys
 
 import typer
 from rich.console import Console
+from typer._click import exceptions as _click_errors  # typer vendors click: its exceptions, not click's
+from typer.core import TyperGroup
+from typer.exceptions import Abort as _Abort
 
 from optsched.model import OptschedError
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, help="Optimization-based GPU cluster scheduling.")
 console = Console()
 err_console = Console(stderr=True)
+
+
+class OneLineErrors(TyperGroup):
+    """The root command: a usage error (unknown option, a value of the wrong
+    type) is one line on stderr naming the option, exit code 2, like every
+    other user error; `--help` still shows the full usage."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _click_errors.NoArgsIsHelpError as e:  # `optsched trace`: the group's help, as before
+            typer.echo(e.ctx.get_help() if e.ctx else str(e), err=True)
+            sys.exit(e.exit_code)
+        except _click_errors.ClickException as e:  # UsageError, BadParameter, NoSuchOption, ...
+            msg = " ".join(e.format_message().split())
+            err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True, markup=True)
+            sys.exit(e.exit_code)
+        except _Abort:
+            err_console.print("[bold red]error:[/] aborted", highlight=False, soft_wrap=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=False,
+                  help="Optimization-based GPU cluster scheduling.")
 
 
 def user_errors(fn):

@@ -127,8 +127,8 @@ def _print_solution(snap, out: dict) -> None:
     used = ex.get("capacity_used", {})
     console.print(
         "GPUs used: "
-        + ", ".join(f"{t} {used.get(t, 0):.1f}/{ex['capacity'][t]:.0f}" for t in types)
-        + ("   price per GPU: " + ", ".join(f"{t} {prices[t]:.3g}" for t in types) if prices else "")
+        + ", ".join(f"{t} {used.get(t, 0):.1f}/{ex.get('capacity', snap.cluster.gpus).get(t, 0):.0f}" for t in types)
+        + ("   price per GPU: " + ", ".join(f"{t} {prices[t]:.3g}" for t in types if t in prices) if prices else "")
     )
     packed = out.get("packed_allocation") or {}
     if packed:  # space sharing: pairs of jobs on the same GPUs, time fraction per type

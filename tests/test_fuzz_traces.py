@@ -1,0 +1,157 @@
+"""Fuzz: corrupted traces of every format (Gavel 7/10 fields, Tiresias, Pollux/Sia,
+Philly; plain and .gz) through `optsched trace describe|convert` and
+`optsched simulate` (in-process CliRunner), plus the readers called directly.
+
+Every input ends in exit 0 or 2 with one line on stderr naming the row/field:
+no traceback, no bare exit, no NaN/Infinity in --json output, no hang (numbers
+are validated against the documented limits in optsched.traces.trace).
+Bounded in the default profile; OPTSCHED_HYPOTHESIS_PROFILE=explore for fresh cases.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from optsched.model import OptschedError
+from optsched.traces.io import read_trace
+from tests.test_fuzz_snapshot import HANG_SECONDS, invoke
+
+EXPLORE = os.environ.get("OPTSCHED_HYPOTHESIS_PROFILE") == "explore"
+EXAMPLES = int(os.environ.get("FUZZ_EXPLORE", "1500")) if EXPLORE else 40
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+MODELS = ("ResNet-50 (batch size 128)", "Transformer (batch size 64)", "LSTM-LM (batch size 40)")
+
+BASE = {
+    "gavel10": "\n".join(
+        f"{MODELS[i % 3]}\tcmd\t.\t--num_steps\t1\t{500 * (i + 1)}\t{[1, 2, 1, 4][i % 4]}\t1\t-1\t{60 * i}" for i in range(4)
+    ) + "\n",
+    "gavel7": "\n".join(
+        f"{MODELS[i % 3]}\tcmd\t--num_steps\t1\t{500 * (i + 1)}\t{60 * i}\t{[1, 2, 1, 4][i % 4]}" for i in range(4)
+    ) + "\n",
+    "tiresias": "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+    + "".join(f"{i},{[1, 2, 1, 4][i % 4]},{30 * i},{600 + i},vgg19,{100 + 20 * i},30\n" for i in range(4)),
+    "pollux": "name,time,application,num_replicas,batch_size\n"
+    + "".join(f"cifar10-{i},{10 * i},cifar10,{1 + i % 2},128\n" for i in range(3)),
+    "philly": "timestamp,duration,num_gpus,gpu_time,cluster\n"
+    + "".join(f"2017-10-09 0{i}:01:55,{60.0 * (i + 1)},{[1, 2, 1, 4][i % 4]},{60.0 * (i + 1)},c1\n" for i in range(4)),
+}
+SUFFIX = {"gavel10": ".trace", "gavel7": ".trace", "tiresias": ".csv", "pollux": ".csv", "philly": ".csv"}
+
+BAD_CELLS = ["", " ", "nan", "NaN", "inf", "-inf", "1e999", "-1", "0", "0.5", "1e308", "9223372036854775808",
+             str(10**20), "100001", "abc", "\ud800".encode("utf-8", "surrogatepass").decode("latin-1"),
+             "2017-13-45 99:99:99", "2017-10-09T07:01:55+05:00", "1677-01-01", "9999-12-31 23:59:59",
+             '"', "a,b", "\t", "é", "1e10", "4.0"]
+
+
+@st.composite
+def corrupted_trace(draw) -> tuple[str, bytes, str]:
+    kind = draw(st.sampled_from(sorted(BASE)))
+    text = BASE[kind]
+    lines = text.splitlines()
+    sep = "\t" if kind.startswith("gavel") else ","
+    for _ in range(draw(st.integers(0, 3))):
+        op = draw(st.sampled_from(["cell", "cell", "cell", "drop_line", "dup_line", "header_only", "extra_cell", "blank"]))
+        if op == "cell" and lines:
+            i = draw(st.integers(0, len(lines) - 1))
+            cells = lines[i].split(sep)
+            c = draw(st.integers(0, len(cells) - 1))
+            cells[c] = draw(st.sampled_from(BAD_CELLS) | st.text(max_size=5))
+            lines[i] = sep.join(cells)
+        elif op == "drop_line" and lines:
+            del lines[draw(st.integers(0, len(lines) - 1))]
+        elif op == "dup_line" and lines:
+            lines.append(lines[draw(st.integers(0, len(lines) - 1))])
+        elif op == "header_only":
+            lines = lines[:1]
+        elif op == "extra_cell" and lines:
+            i = draw(st.integers(0, len(lines) - 1))
+            lines[i] += sep + "x"
+        elif op == "blank":
+            lines.insert(draw(st.integers(0, len(lines))), "")
+    data = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+    byte_op = draw(st.sampled_from(["none", "none", "truncate", "garbage", "gzip", "gzip_truncated", "bom", "nul"]))
+    suffix = SUFFIX[kind]
+    if byte_op == "truncate" and data:
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif byte_op == "garbage":
+        pos = draw(st.integers(0, len(data)))
+        data = data[:pos] + draw(st.sampled_from([b"\xff\xfe", b"\x80", b"\xc3", b"\xed\xa0\x80"])) + data[pos:]
+    elif byte_op in ("gzip", "gzip_truncated"):
+        data = gzip.compress(data)
+        suffix += ".gz"
+        if byte_op == "gzip_truncated":
+            data = data[: draw(st.integers(0, len(data) - 1))]
+    elif byte_op == "bom":
+        data = b"\xef\xbb\xbf" + data
+    elif byte_op == "nul":
+        data = data.replace(b",", b"\x00", 1)
+    return kind, data, suffix
+
+
+CLUSTER = ["--cluster", "v100=4,p100=4,k80=4"]
+
+
+def command_for(kind: str, path: Path, out: Path, choice: int) -> tuple[list[str], bool]:
+    if choice == 0:
+        return ["trace", "describe", str(path), "--json"], True
+    if choice == 1:
+        to = ["gavel", "tiresias", "pollux", "philly"][hash(kind) % 4]
+        return ["trace", "convert", str(path), str(out / f"converted.{to}"), "--to", to], False
+    # simulate: elastic (pollux) workloads fit JAX models, so they get the small default servers
+    extra = [] if kind == "pollux" else CLUSTER
+    return ["simulate", str(path), "--json", "--quiet", *extra], True
+
+
+def run_trace(kind, data, suffix, choice):
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"t{suffix}"
+        path.write_bytes(data)
+        args, as_json = command_for(kind, path, Path(d), choice)
+        return invoke(args, as_json=as_json)
+
+
+# Found failing: the issue's list (truncated .gz, garbled Philly timestamp, bad Pollux
+# time in simulate, header-only workload) and this suite's finds.
+@example(trace=("philly", gzip.compress(BASE["philly"].encode())[:40], ".csv.gz"), choice=0)
+@example(trace=("philly", gzip.compress(BASE["philly"].encode())[:40], ".csv.gz"), choice=2)
+@example(trace=("philly", BASE["philly"].replace("2017-10-09 01:01:55", "2017-10-09T01:01:55+05:00").encode(), ".csv"), choice=0)
+@example(trace=("philly", BASE["philly"].replace("2017-10-09 01:01:55", "2017-1x-09 01:0").encode(), ".csv"), choice=2)
+@example(trace=("pollux", BASE["pollux"].replace(",10,", ",1e999,").encode(), ".csv"), choice=2)
+@example(trace=("pollux", BASE["pollux"].replace(",10,", ",abc,").encode(), ".csv"), choice=2)
+@example(trace=("pollux", BASE["pollux"].splitlines()[0].encode() + b"\n", ".csv"), choice=2)
+@example(trace=("tiresias", BASE["tiresias"].encode()[:-30] + b"\xff\n", ".csv"), choice=2)
+@example(trace=("gavel10", BASE["gavel10"].replace("\t60\n", "\tinf\n").encode(), ".trace"), choice=2)
+@example(trace=("tiresias", BASE["tiresias"].replace(",120,", ",1e300,").encode(), ".csv"), choice=2)
+@FUZZ
+@given(trace=corrupted_trace(), choice=st.sampled_from([0, 0, 1, 2]))
+def test_fuzz_trace_cli(trace, choice):
+    kind, data, suffix = trace
+    if kind == "pollux" and choice == 2 and not EXPLORE:
+        choice = 0  # elastic simulation fits JAX models: seconds per case; the pinned examples cover it
+    run_trace(kind, data, suffix, choice)
+
+
+@FUZZ
+@given(trace=corrupted_trace(), fmt=st.sampled_from([None, "gavel", "tiresias", "pollux", "philly"]))
+def test_fuzz_trace_readers(trace, fmt):
+    """Any reader on any file: a Trace or one-line OptschedError (no other exception)."""
+    kind, data, suffix = trace
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"t{suffix}"
+        path.write_bytes(data)
+        t0 = time.perf_counter()
+        try:
+            tr = read_trace(path, fmt)
+            tr.describe()
+            assert len(tr) > 0
+        except OptschedError as e:
+            assert str(e) and "\n" not in str(e), repr(e)
+        assert time.perf_counter() - t0 < HANG_SECONDS
