@@ -174,7 +174,7 @@ def validate(spec: SweepSpec) -> None:
 
     if not spec.policies:
         raise OptschedError("--policies: give at least one policy")
-    known = policy_names()
+    known = [p for p in policy_names() if not p.startswith("_")]  # _auto_schedule is auto's own
     for p in spec.policies:
         if p != "auto" and p not in known:
             raise OptschedError(f"--policies: unknown policy {p!r} (choose from auto, {', '.join(known)})")
