@@ -155,3 +155,28 @@ def test_fuzz_trace_readers(trace, fmt):
         except OptschedError as e:
             assert str(e) and "\n" not in str(e), repr(e)
         assert time.perf_counter() - t0 < HANG_SECONDS
+
+
+def test_convert_warns_or_refuses_what_the_target_cannot_carry(tmp_path, peer_data):
+    """Tiresias → Gavel warns (unknown job types, durations dropped); Gavel → Pollux warns
+    (no application, no batch size); Gavel → Tiresias refuses (no durations); a .parquet
+    output is refused, and a .gz one round-trips."""
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+
+    r = CliRunner()
+    res = r.invoke(app, ["trace", "convert", str(peer_data / "tiresias" / "60_job.csv"), str(tmp_path / "g.trace"),
+                         "--to", "gavel"])
+    assert res.exit_code == 0 and "not in the default throughput table" in res.stderr, res.stderr
+    gen = tmp_path / "gen.trace"
+    assert r.invoke(app, ["trace", "generate", str(gen), "--jobs", "5"]).exit_code == 0
+    res = r.invoke(app, ["trace", "convert", str(gen), str(tmp_path / "p.csv"), "--to", "pollux"])
+    assert res.exit_code == 0 and "not profiled applications" in res.stderr and "no batch sizes" in res.stderr
+    res = invoke(["trace", "convert", str(gen), str(tmp_path / "t.csv"), "--to", "tiresias"])
+    assert res.exit_code == 2 and "duration" in res.stderr
+    res = invoke(["trace", "generate", str(tmp_path / "x.parquet"), "--jobs", "5"])
+    assert res.exit_code == 2 and "parquet" in res.stderr and not (tmp_path / "x.parquet").exists()
+    res = invoke(["trace", "generate", str(tmp_path / "x.trace.gz"), "--jobs", "5"])
+    assert res.exit_code == 0
+    assert len(read_trace(tmp_path / "x.trace.gz")) == 5

@@ -13,6 +13,7 @@ Job ids are the 0-based line numbers, as Gavel numbers jobs in arrival order.
 
 from __future__ import annotations
 
+import gzip
 import os
 from pathlib import Path
 
@@ -71,7 +72,8 @@ def write_gavel(trace: Trace, path: str | os.PathLike) -> None:
     j = trace.jobs
     if j["steps_total"].isna().any():
         raise OptschedError("gavel writer: every job needs total steps (resolve durations against a throughput table first)")
-    with open(path, "w") as f:
+    opener = gzip.open if Path(path).suffix == ".gz" else open  # the reader decompresses .gz
+    with opener(path, "wt") as f:
         for r in j.itertuples(index=False):
             slo = -1.0 if np.isnan(r.slo) else r.slo
             f.write(

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import os
 import zlib
 from pathlib import Path
+
+import numpy as np
 
 from optsched.model import OptschedError
 from optsched.traces.trace import Trace
@@ -72,7 +75,25 @@ def read_trace(path: str | os.PathLike, format: str | None = None, **options) ->
     return reader(p, **options)
 
 
-def write_trace(trace: Trace, path: str | os.PathLike, format: str) -> None:
+# Extensions a trace cannot have: the readers read text (optionally .gz), and a
+# file named .parquet holding tab-separated text would mislead its reader.
+NOT_TRACE_SUFFIXES = (".parquet", ".pq", ".feather", ".arrow", ".json", ".xlsx", ".npz", ".pkl")
+
+
+def write_trace(trace: Trace, path: str | os.PathLike, format: str) -> list[str]:
+    """Write ``trace`` as ``format``. Refuses (OptschedError) what the target
+    format cannot carry in a form the simulator reads back; warns (logged, and
+    returned) about what it drops. Returns the warnings."""
+    p = Path(path)
+    if p.suffix.lower() in NOT_TRACE_SUFFIXES:
+        raise OptschedError(
+            f"output: {p.name}: traces are text files ({'.trace' if format == 'gavel' else '.csv'}, optionally .gz); "
+            f"{p.suffix} is not a trace format")
+    if format in FORMATS and len(trace) == 0:
+        raise OptschedError(f"{format} writer: the trace has no jobs")
+    warnings = _conversion_warnings(trace, format)
+    for w in warnings:
+        logging.getLogger("optsched.traces").warning(w)
     if format == "gavel":
         from optsched.traces.gavel import write_gavel as writer
     elif format == "tiresias":
@@ -84,3 +105,43 @@ def write_trace(trace: Trace, path: str | os.PathLike, format: str) -> None:
     else:
         raise OptschedError(f"--format: unknown trace format {format!r} (choose from {', '.join(FORMATS)})")
     writer(trace, path)
+    return warnings
+
+
+def _conversion_warnings(trace: Trace, format: str) -> list[str]:
+    """What ``format`` drops from ``trace`` (refusals are raised by the writers)."""
+    j = trace.jobs
+    out: list[str] = []
+    if format == trace.format:
+        return out
+    if format == "gavel":
+        from optsched.traces.throughputs import default_throughputs
+
+        table = default_throughputs()
+        unknown = sorted({m for m in j["model"] if m and not table.has_model(m)})
+        if unknown:
+            shown = ", ".join(unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
+            out.append(f"gavel writer: job types {shown} are not in the default throughput table: "
+                       "simulate needs --throughputs with a table that has them")
+        if j["duration"].notna().any() and trace.speed == "duration":
+            out.append("gavel writer: the trace's durations (its job speeds) are dropped: Gavel traces take "
+                       "speeds from a throughput table")
+    if format == "pollux":
+        from optsched.goodput.profiles import MAX_EPOCHS
+
+        apps = sorted(MAX_EPOCHS)
+        unknown = sorted({m for m in j["model"] if m not in apps})
+        if unknown:
+            shown = ", ".join(repr(m) for m in unknown[:3]) + (f" (+{len(unknown) - 3} more)" if len(unknown) > 3 else "")
+            out.append(f"pollux writer: job types {shown} are not profiled applications ({', '.join(apps)}): "
+                       "simulate rejects those jobs")
+        if "batch_size" not in j or (j["batch_size"].fillna(0) <= 0).any():
+            out.append("pollux writer: the trace has no batch sizes (written as 0): simulate rejects those jobs")
+        if (j["steps_total"].notna() & ~np.isinf(j["steps_total"])).any() or j["duration"].notna().any():
+            out.append("pollux writer: job lengths are dropped: a Pollux/Sia job runs to its application's epoch count")
+    if format == "philly" and (j["model"] != "").any():
+        out.append("philly writer: job types are dropped (Philly has no model names; simulate assigns them from a seed)")
+    if format == "tiresias" and trace.speed == "table":
+        out.append("tiresias writer: the job types' per-GPU-type speeds are dropped: a Tiresias trace has one duration "
+                   "per job (a homogeneous cluster)")
+    return out

@@ -54,6 +54,9 @@ def _trace(df: pd.DataFrame, rows, where: str, source: str) -> Trace:
 
 
 def write_pollux(trace: Trace, path: str | os.PathLike) -> None:
+    """Writes every job; a Pollux/Sia workload names a profiled application and
+    a batch size per job, so traces without them get a warning from
+    ``optsched.traces.io.write_trace`` (the simulator rejects such rows)."""
     j = trace.jobs
     batch = j["batch_size"] if "batch_size" in j else pd.Series(np.zeros(len(j), dtype=int))
     pd.DataFrame(

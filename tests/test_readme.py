@@ -1,0 +1,143 @@
+"""The README runs as written.
+
+Every ```sh / ```bash block is run with bash (``set -e``), every ```python block
+with the venv's python, and in ```text blocks every ``$ cmd`` line is run (its
+output below it is illustrative: only the exit code is checked — 0, or 2 when the
+shown output is an ``error:`` line). Blocks run in README order in one scratch
+folder that looks like the repo root (``examples/``, ``bench/`` ... linked, and
+``../shared/data`` = $OPTSCHED_PEER_DATA), so a later block sees the files an
+earlier one wrote, with the venv's ``optsched`` first on PATH and a timeout per block.
+
+A block preceded by ``<!-- readme-test: skip (reason) -->`` is not run (a server,
+Ray, the whole suite, a long bench); the reason is required and shown as the skip.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, peer_data_dir
+
+README = ROOT / "README.md"
+BLOCK_TIMEOUT = float(os.environ.get("OPTSCHED_README_TIMEOUT", "600"))
+RUN_LANGS = {"sh", "bash", "shell", "console", "python", "text"}
+SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((?P<reason>[^)]+)\)\s*-->")
+
+
+@dataclass
+class Block:
+    line: int  # 1-based line of the opening fence
+    lang: str
+    body: str
+    skip: str | None
+
+
+def extract_blocks(text: str) -> list[Block]:
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)```(\w*)\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, lang = len(m.group(1)), m.group(2).lower()
+        j = i + 1
+        while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
+            j += 1
+        body = "\n".join(ln[indent:] if ln[:indent].strip() == "" else ln for ln in lines[i + 1 : j])
+        prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        sk = SKIP.search(prev)
+        blocks.append(Block(i + 1, lang, body, sk.group("reason") if sk else None))
+        i = j + 1
+    return blocks
+
+
+def text_commands(body: str) -> list[tuple[str, int]]:
+    """``$ cmd`` lines of a text block and the exit code their shown output implies."""
+    out: list[tuple[str, int]] = []
+    lines = body.splitlines()
+    for k, ln in enumerate(lines):
+        if ln.startswith("$ "):
+            following = next((x for x in lines[k + 1 :] if x.strip()), "")
+            expect = 2 if following.startswith("error:") and not following.startswith("$ ") else 0
+            out.append((ln[2:], expect))
+    return out
+
+
+def runnable(block: Block) -> bool:
+    if block.lang not in RUN_LANGS:
+        return False
+    if block.lang == "text":
+        return bool(text_commands(block.body))
+    return True
+
+
+BLOCKS = [b for b in extract_blocks(README.read_text()) if runnable(b)]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A scratch repo root: the repo's folders linked, ../shared/data = the peer data."""
+    peer = peer_data_dir()
+    if not peer.is_dir():
+        pytest.skip(f"peer data not found at {peer} (set OPTSCHED_PEER_DATA)")
+    base = tmp_path_factory.mktemp("readme")
+    root = base / "main"
+    root.mkdir()
+    for name in os.listdir(ROOT):
+        if name.startswith(".") and name != ".venv":
+            continue
+        (root / name).symlink_to(ROOT / name)
+    (base / "shared").mkdir()
+    (base / "shared" / "data").symlink_to(peer)
+    return root
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
+    env["OPTSCHED_PEER_DATA"] = str(peer_data_dir())
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=_env(), input=stdin, capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
+
+
+def test_readme_has_blocks_and_few_skips():
+    assert len(BLOCKS) >= 10
+    skipped = [b for b in BLOCKS if b.skip]
+    assert len(skipped) <= len(BLOCKS) // 2, [(b.line, b.skip) for b in skipped]
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"L{b.line}-{b.lang}" for b in BLOCKS])
+def test_readme_block(block: Block, workdir: Path):
+    if block.skip:
+        pytest.skip(f"README line {block.line}: {block.skip}")
+    where = f"README.md line {block.line} ({block.lang})"
+    if block.lang == "python":
+        res = _run([sys.executable, "-"], workdir, stdin=block.body)
+        assert res.returncode == 0, f"{where}:\n{block.body}\n--- stderr:\n{res.stderr[-3000:]}"
+        return
+    if block.lang == "text":
+        for cmd, expect in text_commands(block.body):
+            res = _run(["bash", "-c", cmd], workdir)
+            assert res.returncode == expect, (
+                f"{where}: `{cmd}` exited {res.returncode}, expected {expect}\n--- stderr:\n{res.stderr[-3000:]}")
+            assert "Traceback" not in res.stderr, f"{where}: `{cmd}`\n{res.stderr[-3000:]}"
+        return
+    script = "set -e\n" + "\n".join(ln for ln in block.body.splitlines())
+    res = _run(["bash", "-c", script], workdir)
+    assert res.returncode == 0, f"{where}:\n{block.body}\n--- stderr:\n{res.stderr[-3000:]}"
+    assert "Traceback" not in res.stderr, f"{where}\n{res.stderr[-3000:]}"
