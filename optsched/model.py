@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -319,8 +320,13 @@ Snapshot.model_rebuild()
 
 def _format_validation_error(err: ValidationError) -> str:
     e = err.errors()[0]
-    loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in e["loc"]).replace(".[", "[")
-    msg = e["msg"]
+    loc = "".join(
+        f"[{p}]" if isinstance(p, int)
+        else f".{p}" if isinstance(p, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", p)
+        else f"[{p!r}]"  # a key with spaces, newlines, brackets: quoted, so the message stays one line
+        for p in e["loc"]
+    ).lstrip(".")
+    msg = " ".join(str(e["msg"]).split())
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     where = f"{loc}: " if loc else ""

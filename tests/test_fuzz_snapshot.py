@@ -48,9 +48,10 @@ def strict_json(text: str):
     return json.loads(text, parse_constant=_no_constants)
 
 
-def check_result(res, args, strict: bool = False, as_json: bool = False, elapsed: float = 0.0) -> None:
+def check_result(res, args, strict: bool = False, as_json: bool = False, elapsed: float = 0.0,
+                 hang_seconds: float = HANG_SECONDS) -> None:
     where = f"args={args!r}"
-    assert elapsed < HANG_SECONDS, f"hang: {elapsed:.1f} s, {where}"
+    assert elapsed < hang_seconds, f"hang: {elapsed:.1f} s, {where}"
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         import traceback
 
@@ -70,10 +71,10 @@ def check_result(res, args, strict: bool = False, as_json: bool = False, elapsed
         strict_json(res.stdout)
 
 
-def invoke(args, input=None, strict=False, as_json=False):
+def invoke(args, input=None, strict=False, as_json=False, hang_seconds=HANG_SECONDS):
     t0 = time.perf_counter()
     res = runner.invoke(app, args, input=input)
-    check_result(res, args, strict=strict, as_json=as_json, elapsed=time.perf_counter() - t0)
+    check_result(res, args, strict=strict, as_json=as_json, elapsed=time.perf_counter() - t0, hang_seconds=hang_seconds)
     return res
 
 
@@ -87,7 +88,8 @@ BAD_NUMBERS = st.sampled_from([
     0, -1, -0.0, 1, 2, 0.5, 1e-300, 1e308, -1e308, 2**31, 2**63, 10**20, 10**400, MAX_GPUS, MAX_GPUS + 1,
     float("nan"), float("inf"), float("-inf"), True, False,
 ])
-BAD_TEXT = st.sampled_from(["", " ", "\ud800", "a\udfffb", "v100", "x" * 300, "\x00", "é", "null", "NaN", "a", "b"])
+BAD_TEXT = st.sampled_from(["", " ", "\ud800", "a\udfffb", "v100", "x" * 300, "\x00", "é", "null", "NaN", "a", "b",
+                           "[/]", "[bold]", "\n", "a\nb"])
 LEAF = st.one_of(BAD_NUMBERS, BAD_TEXT, st.none(), st.integers(), st.floats(), st.text(max_size=8))
 JSONISH = st.recursive(LEAF, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(BAD_TEXT | st.text(max_size=4), c, max_size=3)),
                        max_leaves=6)
@@ -231,6 +233,12 @@ def _solve(doc_text, opts):
 @example(doc={"cluster": {"gpus": {"v100": 4}}, "jobs": [{"id": "\ud800", "throughput": {"v100": 1}},
                                                          {"id": "a", "throughput": {"v100": 1}}]},
          opts=(["--placement"], False, False))
+@example(doc={"cluster": {"gpus": {"v[/]100": 2}}, "jobs": [{"id": "[/]", "model": "[/x]", "throughput": {"v[/]100": 1}},
+                                                             {"id": "b", "throughput": {"v[/]100": 1}}]},
+         opts=(["--placement"], False, False))
+@example(doc={"cluster": {"gpus": {"v100": 4, "\n": "x"}}}, opts=([], False, False))
+@example(doc={"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "[/]", "throughput": {"v100": 1}},
+                                                         {"id": "[/]", "throughput": {"v100": 1}}]}, opts=([], False, False))
 @example(doc={"cluster": {"gpus": {"v100": 4}}, "jobs": [{"id": "a", "weight": float("inf"), "throughput": {"v100": 1}}]},
          opts=([], False, True))
 @example(doc={"time": float("nan"), "cluster": {"gpus": {"v100": 4}}, "jobs": [{"id": "a", "throughput": {"v100": 1}}]},

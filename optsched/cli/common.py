@@ -12,6 +12,8 @@ from typer._click import exceptions as _click_errors  # typer vendors click: its
 from typer.core import TyperGroup
 from typer.exceptions import Abort as _Abort
 
+from pydantic import ValidationError
+
 from optsched.model import OptschedError
 
 console = Console()
@@ -32,8 +34,7 @@ class OneLineErrors(TyperGroup):
             typer.echo(e.ctx.get_help() if e.ctx else str(e), err=True)
             sys.exit(e.exit_code)
         except _click_errors.ClickException as e:  # UsageError, BadParameter, NoSuchOption, ...
-            msg = " ".join(e.format_message().split())
-            err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True, markup=True)
+            err_console.print(f"[bold red]error:[/] {_one_line(e.format_message())}", highlight=False, soft_wrap=True)
             sys.exit(e.exit_code)
         except _Abort:
             err_console.print("[bold red]error:[/] aborted", highlight=False, soft_wrap=True)
@@ -53,10 +54,31 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except OptschedError as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {_one_line(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+        except ValidationError as e:  # a typed object built from options (e.g. a Cluster from --cluster)
+            err_console.print(f"[bold red]error:[/] {_validation_line(e)}", highlight=False, soft_wrap=True, markup=True)
             raise typer.Exit(2)
         except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
-            err_console.print(f"[bold red]error:[/] {e.strerror}: {e.filename}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {_one_line(f'{e.strerror}: {e.filename}')}", highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(2)
 
     return wrapper
+
+
+def _validation_line(err: ValidationError) -> str:
+    """One line naming the field: 'invalid cluster: gpus: ...'."""
+    from rich.markup import escape
+
+    from optsched.model import _format_validation_error
+
+    line = _format_validation_error(err).replace("invalid snapshot: ", f"invalid {err.title.lower()}: ", 1)
+    return escape(" ".join(line.split()))
+
+
+def _one_line(msg: str) -> str:
+    """A message as one line of literal text (no rich markup inside it: a job id like '[/]' prints as is)."""
+    from rich.markup import escape
+
+    return escape(" ".join(msg.split()))

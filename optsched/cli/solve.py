@@ -88,20 +88,24 @@ def solve(
 
 
 def _print_solution(snap, out: dict) -> None:
+    from rich.markup import escape
+
     ex = out["explanation"]
     obj = out["objective"]
     console.print(
-        f"[bold]{out['policy']}[/]  status [green]{out['status']}[/]  objective "
+        f"[bold]{escape(str(out['policy']))}[/]  status [green]{escape(str(out['status']))}[/]  objective "
         f"{'n/a' if obj is None else f'{obj:.6g}'}  parse {out['parse_seconds'] * 1000:.1f} ms, "
         f"solve {out['solve_seconds'] * 1000:.1f} ms"
     )
+    from rich.markup import escape as esc  # user text (ids, models, types) is never rich markup
+
     types = list(snap.cluster.gpus)
     table = Table(show_edge=False, header_style="bold")
     table.add_column("job")
     table.add_column("model")
     table.add_column("s", justify="right")
     for t in types:
-        table.add_column(t, justify="right")
+        table.add_column(esc(t), justify="right")
     table.add_column("steps/s", justify="right")
     table.add_column("vs fair", justify="right")
     bottleneck = set(ex.get("bottleneck_jobs", []))
@@ -115,8 +119,8 @@ def _print_solution(snap, out: dict) -> None:
         )
         mark = " [yellow]*[/]" if job.id in bottleneck else ""
         table.add_row(
-            job.id + mark,
-            job.model,
+            esc(job.id) + mark,
+            esc(job.model),
             str(job.scale_factor),
             *cells,
             f"{out['effective_throughput'][job.id]:.3g}",
@@ -127,12 +131,12 @@ def _print_solution(snap, out: dict) -> None:
     used = ex.get("capacity_used", {})
     console.print(
         "GPUs used: "
-        + ", ".join(f"{t} {used.get(t, 0):.1f}/{ex.get('capacity', snap.cluster.gpus).get(t, 0):.0f}" for t in types)
-        + ("   price per GPU: " + ", ".join(f"{t} {prices[t]:.3g}" for t in types if t in prices) if prices else "")
+        + ", ".join(f"{esc(t)} {used.get(t, 0):.1f}/{ex.get('capacity', snap.cluster.gpus).get(t, 0):.0f}" for t in types)
+        + ("   price per GPU: " + ", ".join(f"{esc(t)} {prices[t]:.3g}" for t in types if t in prices) if prices else "")
     )
     packed = out.get("packed_allocation") or {}
     if packed:  # space sharing: pairs of jobs on the same GPUs, time fraction per type
-        shown = [f"{pair} " + " ".join(f"{t} {f:.3f}" for t, f in fr.items()) for pair, fr in list(packed.items())[:20]]
+        shown = [f"{esc(pair)} " + " ".join(f"{esc(t)} {f:.3f}" for t, f in fr.items()) for pair, fr in list(packed.items())[:20]]
         more = f" … ({len(packed)} pairs)" if len(packed) > 20 else ""
         console.print("packed: " + ", ".join(shown) + more)
     if bottleneck:
@@ -142,9 +146,10 @@ def _print_solution(snap, out: dict) -> None:
         pt.add_column("job")
         pt.add_column("GPUs")
         for jid, slots in out["placement"].items():
-            pt.add_row(jid, ", ".join(f"{s['server']}:{s['gpu']}" for s in slots))
+            pt.add_row(esc(jid), esc(", ".join(f"{s['server']}:{s['gpu']}" for s in slots)))
         console.print(pt)
-        console.print(f"started: {', '.join(out.get('started', [])) or '-'}; preempted: {', '.join(out.get('preempted', [])) or '-'}")
+        console.print(f"started: {esc(', '.join(out.get('started', []))) or '-'}; "
+                      f"preempted: {esc(', '.join(out.get('preempted', []))) or '-'}")
 
 
 @app.command()
