@@ -50,6 +50,11 @@ def bench(
         def on_done(row):
             done.append(row)
             progress.update(task, advance=1, description=f"{row.case} {row.total_s:.2f}s")
+            progress.console.print(f"  {row.case}: {fmt(row.total_s)} s, objective {row.objective:.6g}"
+                                   + (f", {row.reference} {fmt(row.ref_s, 2)} s" if row.reference else ""),
+                                   highlight=False)
+            if csv_out is not None:  # partial results survive an interrupted run
+                write_csv(done, str(csv_out), {"partial": True, **machine()})
 
         rows = run_cases(cases, Context(repeat=repeat, memory=memory, seed=seed), on_done)
     after = machine()
