@@ -140,6 +140,8 @@ def test_fuzz_trace_cli(trace, choice):
     run_trace(kind, data, suffix, choice)
 
 
+@example(trace=("gavel10", ('"' + BASE["gavel10"].replace("\t-1\t0\n", '\t-1\t0\tx"\n', 1)).encode(), ".trace"),
+         fmt="tiresias")  # a quoted header spanning lines: the message must stay one line
 @FUZZ
 @given(trace=corrupted_trace(), fmt=st.sampled_from([None, "gavel", "tiresias", "pollux", "philly"]))
 def test_fuzz_trace_readers(trace, fmt):

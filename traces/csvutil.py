@@ -57,11 +57,12 @@ def read_csv_checked(path: str | os.PathLike, required: tuple[str, ...], fmt: st
     except (pd.errors.ParserError, ValueError, csv_error()) as e:
         raise OptschedError(f"{where}: {(str(e).splitlines() or ['malformed CSV'])[0]}") from None
     df.columns = [str(c).strip() for c in df.columns]
+    header = ", ".join(repr(c)[:40] for c in df.columns[:12]) + (" ..." if len(df.columns) > 12 else "")
     if len(set(df.columns)) != len(df.columns):
-        raise OptschedError(f"{where}: duplicate column names in the header ({', '.join(df.columns)})")
+        raise OptschedError(f"{where}: duplicate column names in the header ({header})")
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise OptschedError(f"{where}: missing column(s) {', '.join(missing)} (header has {', '.join(df.columns)})")
+        raise OptschedError(f"{where}: missing column(s) {', '.join(missing)} (header has {header})")
     if df.empty:
         raise OptschedError(f"{where}: no jobs (only a header)")
     # A row with fewer cells than the header reads as NaN under dtype=str: name it.

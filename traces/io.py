@@ -72,7 +72,12 @@ def read_trace(path: str | os.PathLike, format: str | None = None, **options) ->
         from optsched.traces.philly import read_philly as reader
     else:
         raise OptschedError(f"--format: unknown trace format {fmt!r} (choose from {', '.join(FORMATS)})")
-    return reader(p, **options)
+    try:
+        return reader(p, **options)
+    except OptschedError as e:  # a cell or header quoted into the message stays on one line
+        if "\n" in str(e) or "\r" in str(e):
+            raise OptschedError(" ".join(str(e).split())) from None
+        raise
 
 
 # Extensions a trace cannot have: the readers read text (optionally .gz), and a

@@ -1,8 +1,13 @@
-"""Command line: `optsched solve | schema | policies | simulate | compare | trace`.
+"""Command line: `optsched solve | schema | policies | simulate | compare | trace
+| serve | run | sweep | report | bench`.
 
 Thin commands over the library. Heavy libraries (cvxpy, jax, ortools) are
 imported inside the commands that need them, so `optsched --help` and a plain
-`optsched solve` stay fast. User errors print one line and exit with 2.
+`optsched solve` stay fast. Exit codes: 0 success; 2 a user error — bad input
+or a bad option value, printed as one line on stderr naming the field
+(optsched.cli.common: OptschedError, unreadable files, usage errors, a
+pydantic ValidationError from an option), never a traceback; 3 a solver
+fallback under `solve --strict`. tests/test_fuzz_*.py hold every command to it.
 """
 
 from __future__ import annotations
