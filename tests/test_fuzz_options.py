@@ -25,6 +25,8 @@ KNOWN_FAILING = {
     ("--round-length", "inf"),  # exit 0 with NaN/Infinity in --json
     ("--round-length", "1e-300"),  # hang (one round per 1e-300 s)
     ("--restart-overhead", "inf"),  # hang
+    ("--restart-overhead", "1e308"),  # hang (an overhead longer than a round carries over, round by round)
+    ("--restart-overhead", "100000000"),  # hang, the same
     ("--servers", "100000000x4"),  # hang: 10^8 servers built before the cluster is validated
     ("--jobs", "100000000000"),  # trace generate: MemoryError (arrays of 10^11 jobs; no limit on --jobs)
 }
@@ -83,7 +85,7 @@ def test_fuzz_simulate_options(tiny_trace, args, compare):
 
 
 @FUZZ
-@given(jobs=st.sampled_from(["0", "-1", "3", "x", "100000000000"][:-1]),  # the last: KNOWN_FAILING rate=st.sampled_from(["0", "-1", "nan", "inf", "2", "x"]),
+@given(jobs=st.sampled_from(["0", "-1", "3", "x"]), rate=st.sampled_from(["0", "-1", "nan", "inf", "2", "x"]),
        to=st.sampled_from(["gavel", "tiresias", "philly", "pollux", "nope"]),
        name=st.sampled_from(["g.trace", "g.csv", "g.parquet", "g.trace.gz", "g.json"]))
 def test_fuzz_trace_generate_options(tmp_path_factory, jobs, rate, to, name):

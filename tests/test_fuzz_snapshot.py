@@ -71,9 +71,31 @@ def check_result(res, args, strict: bool = False, as_json: bool = False, elapsed
         strict_json(res.stdout)
 
 
+class Hang(BaseException):
+    """Raised by the alarm inside a case that runs past its limit (BaseException: nothing swallows it)."""
+
+
+def _alarm(signum, frame):
+    raise Hang()
+
+
 def invoke(args, input=None, strict=False, as_json=False, hang_seconds=HANG_SECONDS):
     t0 = time.perf_counter()
-    res = runner.invoke(app, args, input=input)
+    import signal
+    import threading
+
+    armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    if armed:  # a hang fails the case instead of stalling the suite
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, 2 * hang_seconds)
+    try:
+        res = runner.invoke(app, args, input=input)
+    except Hang:
+        raise AssertionError(f"hang: over {2 * hang_seconds:.0f} s, args={args!r}") from None
+    finally:
+        if armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
     check_result(res, args, strict=strict, as_json=as_json, elapsed=time.perf_counter() - t0, hang_seconds=hang_seconds)
     return res
 
