@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import os
+
+import numpy as np
 import sys
 import time
 from pathlib import Path
@@ -45,6 +47,10 @@ PEER = Path(os.environ.get("OPTSCHED_PEER_DATA", Path(__file__).resolve().parent
 
 # Gavel artifact, single-GPU continuous arrivals, seed 0, jobs 4000-4999 (hours).
 GAVEL_PUBLISHED = {2.0: {"max_min_fairness": 16.95, "max_min_fairness_agnostic": 23.47}}
+# Multi-GPU continuous arrivals (scale factors 1/2/4/8): no published point is
+# cited here; the issue reports our old runs 21 % (agnostic) / 25 % (aware)
+# below Gavel's at 2.0 jobs/h.
+GAVEL_PUBLISHED_MULTI: dict = {}
 GAVEL_SECONDS_PER_POINT = 110.0  # Gavel's own simulator, measured on this machine
 # Gavel's scheduler.py: walk order hard-coded v100, p100, k80, shuffled each
 # round unless the policy is a "Perf"/"Packing" one (the aware LAS is).
@@ -54,52 +60,80 @@ GAVEL_ALLOCATOR = {
 }
 
 
-def gavel_point(rate: float, policy: str, seed: int = 0, n_jobs: int = 5000, window=(4000, 5000), extra_jobs: int = 3000):
+def gavel_point(rate: float, policy: str, seed: int = 0, n_jobs: int = 5000, window=(4000, 5000), extra_jobs: int = 3000,
+                multi_gpu: bool = False, spread_rates: bool = False):
+    """One Gavel continuous-arrival point. Gavel keeps generating jobs until the
+    window completes: the generator's stream is length-independent, so we start
+    with ``n_jobs + extra_jobs`` jobs and, while the arrivals stop before the
+    window completes (``arrivals_ended_before_window``), regenerate a longer
+    stream (same prefix) and rerun — the result is then exactly the
+    unbounded stream's."""
     from optsched.sim import simulate
     from optsched.traces.generate import generate_gavel
     from optsched.traces.throughputs import gavel_throughputs
 
     table = gavel_throughputs(PEER)
-    # Gavel keeps generating jobs until the window completes: generate a longer
-    # stream; the loop stops when jobs window[0]..window[1]-1 are done.
-    trace = generate_gavel(table, n_jobs + extra_jobs, rate, seed=seed)
+    n = max(n_jobs + extra_jobs, window[1] + 1)
     t0 = time.perf_counter()
-    r = simulate(trace, {"v100": 36, "p100": 36, "k80": 36}, policy=policy, throughputs=table,
-                 round_length=360.0, min_recompute_interval=1920.0, window=window, seed=seed,
-                 allocator_options=GAVEL_ALLOCATOR.get(policy, {}))
+    for attempt in range(4):  # an overloaded (unstable) point would grow the stream forever: at most 3 regrowths
+        trace = generate_gavel(table, n, rate, seed=seed, multi_gpu=multi_gpu)
+        r = simulate(trace, {"v100": 36, "p100": 36, "k80": 36}, policy=policy, throughputs=table,
+                     round_length=360.0, min_recompute_interval=1920.0, window=window, seed=seed,
+                     allocator_options=GAVEL_ALLOCATOR.get(policy, {}), spread_rates=spread_rates)
+        if not r.summary.get("arrivals_ended_before_window"):
+            break
+        n = int(np.ceil(rate * r.summary.get("end_time", 0) / 3600 * 1.25)) + 500 if "end_time" in r.summary else 2 * n
+    r.summary["generated_jobs"] = n  # arrivals_ended_before_window stays True when the point did not converge
     return r, time.perf_counter() - t0
 
 
-def gavel(rates=(2.0, 2.6, 3.0), seed: int = 0, n_jobs: int = 5000) -> list[dict]:
+def spread(xs) -> str:
+    """mean ± half-range over seeds (and the range)."""
+    xs = np.asarray(xs, dtype=float)
+    if xs.size == 1:
+        return f"{xs[0]:.2f}"
+    return f"{xs.mean():.2f} ± {(xs.max() - xs.min()) / 2:.2f} [{xs.min():.2f}–{xs.max():.2f}]"
+
+
+def gavel(rates=(2.0, 2.6, 3.0), seed: int = 0, n_jobs: int = 5000, seeds=None, multi_gpu: bool = False,
+          spread_rates: bool = False) -> list[dict]:
+    """Mean and spread over ``seeds`` (Gavel's published numbers are one sample
+    each; single runs swing by ±5 %: compare means, and the agnostic/aware
+    ratio, which shares the sample)."""
     from rich.console import Console
     from rich.table import Table
 
+    seeds = tuple(seeds) if seeds is not None else (seed,)
     window = (n_jobs - 1000, n_jobs) if n_jobs >= 2000 else (n_jobs // 2, n_jobs)
+    published = GAVEL_PUBLISHED_MULTI if multi_gpu else GAVEL_PUBLISHED
     rows = []
-    t = Table(title=f"Gavel continuous arrivals, 36:36:36 v100/p100/k80, window jobs {window[0]}–{window[1] - 1}, seed {seed}",
-              header_style="bold")
-    for c in ("jobs/h", "policy", "avg JCT (h)", "published (h)", "agnostic/aware", "published ratio",
-              "wall (s)", "solver (s)", "recomputes", "vs Gavel 110 s"):
+    t = Table(title=f"Gavel continuous arrivals{' (multi-GPU)' if multi_gpu else ''}, 36:36:36 v100/p100/k80, "
+                    f"window jobs {window[0]}–{window[1] - 1}, seeds {','.join(map(str, seeds))}", header_style="bold")
+    for c in ("jobs/h", "policy", "avg JCT (h), mean ± half-range", "published (h)", "mean/published",
+              "agnostic/aware", "published ratio", "wall (s)"):
         t.add_column(c, justify="right")
     for rate in rates:
-        out = {}
-        for policy in ("max_min_fairness", "max_min_fairness_agnostic"):
-            r, wall = gavel_point(rate, policy, seed, n_jobs, window)
-            out[policy] = (r, wall)
-        aware, agn = (out[p][0].summary["window_avg_jct"] / 3600 for p in ("max_min_fairness", "max_min_fairness_agnostic"))
-        pub = GAVEL_PUBLISHED.get(rate, {})
-        for p, (r, wall) in out.items():
-            s = r.summary
+        jct = {p: [] for p in ("max_min_fairness", "max_min_fairness_agnostic")}
+        walls = []
+        for sd in seeds:
+            for policy in jct:
+                r, wall = gavel_point(rate, policy, sd, n_jobs, window, multi_gpu=multi_gpu, spread_rates=spread_rates)
+                jct[policy].append(r.summary["window_avg_jct"] / 3600)
+                walls.append(wall)
+                rows.append({"rate": rate, "policy": policy, "seed": sd, "multi_gpu": multi_gpu,
+                             "window_avg_jct_h": jct[policy][-1], "generated_jobs": r.summary["generated_jobs"],
+                             "wall_s": wall, "spread_rates": spread_rates})
+                print(rows[-1], flush=True)
+        ratio = np.array(jct["max_min_fairness_agnostic"]) / np.array(jct["max_min_fairness"])
+        pub = published.get(rate, {})
+        pub_ratio = pub["max_min_fairness_agnostic"] / pub["max_min_fairness"] if len(pub) == 2 else None
+        for p, xs in jct.items():
             pj = pub.get(p)
-            ratio = agn / aware
-            pub_ratio = pub["max_min_fairness_agnostic"] / pub["max_min_fairness"] if pub else None
-            t.add_row(f"{rate:g}", p, f"{s['window_avg_jct'] / 3600:.2f}", f"{pj:.2f}" if pj else "–",
-                      f"{ratio:.2f}×" if p.endswith("agnostic") else "", f"{pub_ratio:.2f}×" if pub_ratio and p.endswith("agnostic") else "",
-                      f"{wall:.1f}", f"{s['solver_seconds']:.1f}", str(s["recomputations"]),
-                      f"{GAVEL_SECONDS_PER_POINT / wall:.0f}× faster")
-            rows.append({"rate": rate, "policy": p, "window_avg_jct_h": s["window_avg_jct"] / 3600, "published_h": pj,
-                         "wall_s": wall, "solver_s": s["solver_seconds"], "recomputations": s["recomputations"]})
-    Console(width=160).print(t)
+            agn = p.endswith("agnostic")
+            t.add_row(f"{rate:g}", p, spread(xs), f"{pj:.2f}" if pj else "–",
+                      f"{np.mean(xs) / pj - 1:+.1%}" if pj else "", spread(ratio) + "×" if agn else "",
+                      f"{pub_ratio:.2f}×" if pub_ratio and agn else "", f"{np.mean(walls):.1f}")
+    Console(width=200).print(t)
     return rows
 
 
@@ -171,13 +205,20 @@ def main(argv=None) -> None:
     ap.add_argument("--rates", default="2.0,2.6,3.0", help="Gavel input rates, jobs/hour")
     ap.add_argument("--jobs", type=int, default=5000, help="Gavel stream length measured (window = last 1000)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default=None, help="gavel: seeds to average over, e.g. 0,1,2 (report mean ± spread)")
+    ap.add_argument("--multi-gpu", action="store_true", help="gavel: scale factors 1/2/4/8 (Gavel's multi-GPU experiment)")
+    ap.add_argument("--spread-rates", action="store_true",
+                    help="gavel: spread multi-GPU jobs run at the table's *_unconsolidated rate (optsched's default; "
+                         "Gavel's simulator always uses the consolidated rate, so the bench does too)")
     ap.add_argument("--load", default="1", help="pollux: relative job loads, e.g. 0.5,1,2")
     a = ap.parse_args(argv)
     if not PEER.is_dir():
         sys.exit(f"peer data not found at {PEER} (set OPTSCHED_PEER_DATA)")
     for name in a.only or list(SECTIONS):
         if name == "gavel":
-            gavel(tuple(float(x) for x in a.rates.split(",")), a.seed, a.jobs)
+            gavel(tuple(float(x) for x in a.rates.split(",")), a.seed, a.jobs,
+                  seeds=[int(x) for x in a.seeds.split(",")] if a.seeds else None, multi_gpu=a.multi_gpu,
+                  spread_rates=a.spread_rates)
         elif name == "pollux":
             pollux(loads=tuple(float(x) for x in a.load.split(",")))
         else:

@@ -11,6 +11,14 @@ its reference throughput. With ``multi_priority`` 20 % of jobs get weight 5.
 
 We use numpy's generator, not Gavel's ``random.Random`` streams, so individual
 jobs differ from Gavel's; the distributions are the same.
+
+The stream is length-independent: job i is the same whatever ``n_jobs`` is
+(each attribute has its own substream of the seed, drawn one uniform per job in
+job order), so a longer stream only appends jobs. Gavel keeps generating jobs
+until its measurement window completes; a simulation of the first N jobs is
+therefore exactly Gavel's experiment as long as arrivals continue past the time
+the window completes (``bench/fidelity.py`` grows N until they do; the
+simulator's summary flags ``arrivals_ended_before_window``).
 """
 
 from __future__ import annotations
@@ -22,9 +30,19 @@ from optsched.traces.throughputs import ThroughputTable
 from optsched.traces.trace import Trace, make_trace
 
 
+SCALE_FACTORS = (1, 2, 4, 8)
+SCALE_PROBABILITIES = (0.70, 0.10, 0.15, 0.05)
+
+
+def _streams(seed: int, k: int) -> list[np.random.Generator]:
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(k)]
+
+
 def gavel_durations(rng: np.random.Generator, n: int) -> np.ndarray:
-    short = rng.random(n) < 0.8
-    exponent = np.where(short, rng.uniform(1.5, 3.0, n), rng.uniform(3.0, 4.0, n))
+    """Durations of n jobs; prefix-stable (the first draws do not depend on n)."""
+    u = rng.random((n, 2))  # row i: (short/long, exponent) of job i
+    short = u[:, 0] < 0.8
+    exponent = np.where(short, 1.5 + 1.5 * u[:, 1], 3.0 + u[:, 1])
     return 60.0 * 10.0**exponent
 
 
@@ -44,24 +62,29 @@ def generate_gavel(
         raise OptschedError(f"generate: jobs_per_hour must be positive, got {jobs_per_hour}")
     if reference not in table.gpu_types:
         reference = table.gpu_types[-1]
-    rng = np.random.default_rng(seed)
+    # One substream per attribute, one uniform (row) per job: job i's draws do
+    # not depend on n_jobs (a longer stream extends a shorter one).
+    r_gap, r_dur, r_scale, r_model, r_weight = _streams(seed, 5)
     models = tuple(models or table.models)
-    gaps = rng.exponential(3600.0 / jobs_per_hour, n_jobs)
+    gaps = -(3600.0 / jobs_per_hour) * np.log1p(-r_gap.random(n_jobs))
     arrival = np.concatenate([[0.0], np.cumsum(gaps[:-1])])
-    duration = gavel_durations(rng, n_jobs)
+    duration = gavel_durations(r_dur, n_jobs)
+    u_scale = r_scale.random(n_jobs)
     if multi_gpu:
-        scale = rng.choice([1, 2, 4, 8], n_jobs, p=[0.70, 0.10, 0.15, 0.05])
+        cum = np.cumsum(SCALE_PROBABILITIES)
+        scale = np.asarray(SCALE_FACTORS)[np.minimum(np.searchsorted(cum, u_scale, side="right"), len(cum) - 1)]
     else:
         scale = np.ones(n_jobs, dtype=int)
+    u_model = r_model.random(n_jobs)
     chosen = np.empty(n_jobs, dtype=object)
     for s in np.unique(scale):
         fits = [m for m in models if (m, int(s)) in table.alone]
         if not fits:
             raise OptschedError(f"generate: no model in the throughput table has a profile at scale factor {s}")
         idx = np.flatnonzero(scale == s)
-        chosen[idx] = np.array(fits, dtype=object)[rng.integers(0, len(fits), idx.size)]
+        chosen[idx] = np.array(fits, dtype=object)[np.minimum((u_model[idx] * len(fits)).astype(int), len(fits) - 1)]
     T, _ = table.matrix(chosen, scale, (reference,))
-    weight = np.where(rng.random(n_jobs) < 0.2, 5.0, 1.0) if multi_priority else np.ones(n_jobs)
+    weight = np.where(r_weight.random(n_jobs) < 0.2, 5.0, 1.0) if multi_priority else np.ones(n_jobs)
     return make_trace(
         {
             "job_id": [str(i) for i in range(n_jobs)],

@@ -188,7 +188,8 @@ def simulate(
 
     pair_table = (throughputs or default_throughputs()) if cfg.packing else None
     jobs = resolve_jobs(trace, cluster, throughputs, seed=cfg.seed, skip_unrunnable=cfg.skip_unrunnable, apps=apps,
-                        co_adapt=policy in GOODPUT_POLICIES, pair_table=pair_table)
+                        co_adapt=policy in GOODPUT_POLICIES, pair_table=pair_table,
+                        spread_rates=cfg.spread_rates)
     if jobs.n == 0:
         raise OptschedError("simulate: the trace has no runnable job")
     st, rounds, info = simulate_jobs(jobs, cluster, cfg, progress_rate=progress_rate, on_round=on_round)
@@ -199,7 +200,14 @@ def simulate(
     summary.update({"schema_version": SCHEMA_VERSION, "policy": policy, "solver": info["solver"],
                     "round_length": info["round_length"], "packing": bool(cfg.packing),
                     "elastic_jobs": int(jobs.is_elastic.sum()), "extrapolated_jobs": jobs.extrapolated,
-                    "time_unit": time_unit(jdf), "progress_violation_steps": st.progress_violation})
+                    "time_unit": time_unit(jdf), "progress_violation_steps": st.progress_violation,
+                    "spread_rate_jobs": int((jobs.spread_throughput != jobs.throughput).any(axis=1).sum())
+                    if jobs.spread_throughput is not None else 0})
+    if cfg.window is not None:
+        # Gavel generates jobs until the window completes; a finite trace whose
+        # arrivals stop earlier lets the queue drain and understates the JCT.
+        summary["arrivals_ended_before_window"] = bool(jobs.arrival[-1] < info["end_time"])
+        summary["end_time"] = float(info["end_time"])
     config_out = {"policy": policy, "cluster": dict(cluster.gpus), "trace": trace.source, "format": trace.format,
                   **{k: v for k, v in cfg.__dict__.items() if k != "policy"}, "round_length": info["round_length"]}
     return SimResult(jdf, rdf, summary, config_out)

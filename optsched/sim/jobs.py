@@ -48,6 +48,11 @@ class JobArrays:
     # throughputs (None: no packing data).
     job_type: tuple = ()
     pair_table: object = None
+    # Spread placement (Gavel's ``*_unconsolidated`` rates): steps/s at the job's
+    # scale factor when its GPUs span more than one server (n, k); None when the
+    # table has no such rates or no job is multi-GPU (then a spread job runs at
+    # its consolidated rate).
+    spread_throughput: np.ndarray | None = None
 
     @property
     def any_elastic(self) -> bool:
@@ -65,11 +70,15 @@ def elastic_rows(trace) -> np.ndarray:
 
 
 def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunnable: bool = False,
-                 apps: dict | None = None, co_adapt: bool = False, pair_table=None) -> JobArrays:
+                 apps: dict | None = None, co_adapt: bool = False, pair_table=None,
+                 spread_rates: bool = True) -> JobArrays:
     """``apps``: the profiled applications elastic jobs name (needed when the
     trace has any); ``co_adapt``: the policy chooses elastic jobs' sizes (pollux,
     sia) — their rows are then per GPU and their scale factor 1; ``pair_table``:
-    a ThroughputTable whose pair throughputs packing uses."""
+    a ThroughputTable whose pair throughputs packing uses; ``spread_rates``:
+    multi-GPU rigid jobs whose GPUs span servers run at the table's
+    ``*_unconsolidated`` rate (Gavel's simulator; the policy still sees the
+    consolidated rate)."""
     from optsched.traces.throughputs import default_throughputs
 
     types = tuple(sorted(cluster.gpus))
@@ -108,11 +117,14 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
         if (~elastic).any():
             T[~elastic], extra[~elastic] = table.matrix(models[~elastic], sf[~elastic].astype(int), types)
         extrapolated = int(extra.sum())
+        spread = _spread_matrix(table, models, sf, elastic, types, T) if spread_rates else None
         steps = j["steps_total"].to_numpy(dtype=float).copy()
         need = np.isnan(steps)
         if need.any():
             ref = types.index("v100") if "v100" in types else int(np.argmax(T.sum(axis=0)))
             steps[need] = j["duration"].to_numpy(dtype=float)[need] * T[need, ref]
+    if trace.speed == "duration" or elastic.all():
+        spread = None
     app_of: list = [None] * len(j)
     batch = np.full(len(j), np.nan)
     if elastic.any():
@@ -173,7 +185,35 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
         batch_size=batch[keep],
         job_type=tuple((str(m), int(s)) for m, s in zip(j["model"].to_numpy()[keep], sf[keep])),
         pair_table=pair_table,
+        spread_throughput=spread[keep] if spread is not None else None,
     )
+
+
+def _spread_matrix(table, models, sf, elastic, types, T) -> np.ndarray | None:
+    """Steps/s of each rigid multi-GPU job when spread over servers: the table's
+    ``*_unconsolidated`` entry for (model, scale factor) on that type, else its
+    consolidated rate (scale factors beyond the table: the largest measured
+    spread/consolidated ratio of that model). None when nothing differs."""
+    uncons = getattr(table, "unconsolidated", None)
+    multi = (~elastic) & (sf > 1)
+    if not uncons or not multi.any():
+        return None
+    out = T.copy()
+    cache: dict = {}
+    for i in np.flatnonzero(multi).tolist():
+        key = (models[i], int(sf[i]))
+        if key not in cache:
+            ratio = np.ones(len(types))
+            measured = [s for (m, s) in uncons if m == key[0] and s <= key[1]]
+            if measured:
+                s0 = max(measured)
+                row, base = uncons[(key[0], s0)], table.alone.get((key[0], s0), {})
+                for c, t in enumerate(types):
+                    if t in row and base.get(t, 0) > 0:
+                        ratio[c] = min(row[t] / base[t], 1.0) if s0 != key[1] else row[t] / base[t]
+            cache[key] = ratio
+        out[i] = T[i] * cache[key]
+    return out if not np.array_equal(out, T) else None
 
 
 def server_gpus(cluster: Cluster, types) -> np.ndarray:

@@ -22,7 +22,9 @@ in one loop of stages (optsched/sim/stages.py), each round in this order:
     progress   a rigid job advances ``rate × (run − overhead)`` steps, rate =
                ``progress_rate(job)`` (default: its throughput on that type at
                its scale factor, × n/s if it got n ≠ s GPUs; a packed job its
-               pair throughput); an elastic job runs its goodput model
+               pair throughput; a multi-GPU job spread over servers the
+               table's ``*_unconsolidated`` rate when ``spread_rates`` — Gavel's
+               simulator always uses the consolidated rate); an elastic job runs its goodput model
                (optsched/sim/goodput_jobs.py); overhead = ``restart_overhead``
                seconds, paid when a job (re)starts, moves or changes
                configuration (carried into the next round if longer). A job
@@ -93,6 +95,7 @@ class SimConfig:
     skip_unrunnable: bool = False
     packing: bool = False  # space sharing with the throughput table's pair throughputs
     max_partners: int = 8  # packing: candidate partners per job
+    spread_rates: bool = True  # multi-GPU rigid jobs spread over servers run at the table's *_unconsolidated rate
     policy_options: dict = field(default_factory=dict)
     allocator_options: dict = field(default_factory=dict)  # Allocator keywords: queue, type_order, work_conserving
 

@@ -219,7 +219,8 @@ def allocate(allocator, inst: Instance, allocation, jobs: JobArrays, st: SimStat
     nodes = getattr(allocation, "nodes", None)
     row_of = {jid: r for r, jid in enumerate(allocation.job_ids)} if nodes is not None else None
     ms, cols, gpus, servers, slots_of = [], [], [], [], []
-    count_servers = jobs.any_elastic  # rigid jobs' progress does not depend on how many servers they span
+    # servers spanned matter for elastic jobs (goodput) and for rigid jobs with spread rates
+    count_servers = jobs.any_elastic or jobs.spread_throughput is not None
     for jid, slots in placement.assignments.items():
         m = index_of[jid]
         t0 = slots[0].gpu_type
@@ -286,7 +287,12 @@ def simulated_progress(plan: Plan, jobs: JobArrays, st: SimState, round_length: 
     overhead = st.overhead_left[sm].copy()
     if plan.restarted.any():
         overhead[plan.restarted] = restart_overhead[sm[plan.restarted]]
-    solo = jobs.throughput[sm, stype] * sn / np.maximum(jobs.scale_factor[sm], 1e-300)
+    thr = jobs.throughput[sm, stype]
+    if jobs.spread_throughput is not None and n_units:
+        spread = plan.servers > 1  # GPUs on more than one server: the unconsolidated rate
+        if spread.any():
+            thr = np.where(spread, jobs.spread_throughput[sm, stype], thr)
+    solo = thr * sn / np.maximum(jobs.scale_factor[sm], 1e-300)
     rate = solo
     if (plan.partner >= 0).any():
         from optsched.sim.packing import packed_rate
