@@ -280,8 +280,8 @@ class AllocatorState:
             if (r < 0).any():
                 raise OptschedError(f"rounds_received[{unit_name(u)!r}]: counts must be non-negative")
         for u, r in rows["prior_allocation"].items():
-            if (r < 0).any():
-                raise OptschedError(f"prior_allocation[{unit_name(u)!r}]: fractions must be non-negative")
+            if (r < 0).any() or (r > 1).any():
+                raise OptschedError(f"prior_allocation[{unit_name(u)!r}]: fractions must be between 0 and 1")
         gpus = {j: _job_gpus(j, slots, cols) for j, slots in placement.items()}
         unit = _units_of(gpus, cols)
         state = cls.empty(cols.k)
@@ -401,12 +401,20 @@ def _unit_of(name, field_name: str) -> UnitKey:
     return name
 
 
+# Counters are rounds (or deficits in rounds): a billion is ~10,000 years of
+# 360 s rounds. Larger values can only be corruption, and products of them
+# overflow to inf in the walk's priorities.
+MAX_COUNTER = 1e9
+
+
 def _number(v, where: str, negative: bool) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
         raise OptschedError(f"{where}: expected a number, got {type(v).__name__}")
     v = float(v)
     if not math.isfinite(v) or (not negative and v < 0):
         raise OptschedError(f"{where}: must be a finite {'' if negative else 'non-negative '}number (got {v})")
+    if abs(v) > MAX_COUNTER:
+        raise OptschedError(f"{where}: {v:g} is beyond the documented limit of {MAX_COUNTER:g}")
     return v
 
 
