@@ -60,6 +60,15 @@ POLICIES: dict[str, tuple[str, dict]] = {
 
 DEFAULT_POLICY = "max_min_fairness"
 
+# Policies whose allocation reads per-round state (attained service, waiting
+# time, goodput fits, running configurations, predicted remaining work): every
+# executor — simulator, service session, runtime — re-decides them each round
+# instead of only when jobs arrive or leave.
+PER_ROUND_POLICIES = frozenset({
+    "pollux", "sia", "tiresias", "tiresias_gittins", "las", "fifo", "srtf", "gandiva", "gandiva_fifo",
+    "lucid", "lucid_ageing", "qssf", "allox", "synergy", "optimus",
+})
+
 
 # Policies from other packages: an entry point in this group names a module
 # (``mypkg.mypolicy``) with ``build(inst, **options)`` (a block LP formulation,

@@ -183,9 +183,11 @@ def test_session_clock_units_and_explicit_time():
 
 
 def test_per_round_policies_match_the_simulators():
-    from optsched.sim.stages import PER_ROUND_POLICIES
+    from optsched.policy import PER_ROUND_POLICIES, policy_names
+    from optsched.sim.stages import PER_ROUND_POLICIES as SIM_LIST
 
-    assert session_module.per_round_policies() == frozenset(PER_ROUND_POLICIES)
+    assert session_module.per_round_policies() == PER_ROUND_POLICIES == SIM_LIST
+    assert PER_ROUND_POLICIES <= set(policy_names())  # no stale names
 
 
 def test_elastic_jobs_get_configurations_and_iteration_times_refit_their_model():

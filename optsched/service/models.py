@@ -104,6 +104,9 @@ class AllocatorOptions(_Body):
     work_conserving: bool = Field(default=True, description="Give idle GPUs to jobs beyond their share.")
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Tie-break seed (decisions are a function of it).")
     gpus_per_server: int = Field(default=4, ge=1, le=4096, description="Server size when the cluster lists no servers.")
+    migration_cost: float = Field(default=0.0, ge=0, le=86400, allow_inf_nan=False, description=(
+        "Seconds a restart or migration costs the job: above 0 the allocator keeps running jobs on their type "
+        "and GPUs unless their share requires a move (README: Running rounds)."))
 
 
 class SessionConfig(_Body):

@@ -37,7 +37,6 @@ finishes) from the seconds the job ran (reported, else the whole round).
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -60,14 +59,11 @@ GOODPUT_POLICIES = frozenset({"pollux", "sia"})
 MAX_OBSERVATIONS = 4096  # per job and GPU type, the newest kept
 
 
-@functools.cache
 def per_round_policies() -> frozenset[str]:
-    """Policies whose allocation reads per-round state: the simulator's list."""
-    try:
-        from optsched.sim.stages import PER_ROUND_POLICIES
-    except ImportError:  # the simulator is optional for a service
-        return frozenset({"pollux", "sia", "tiresias", "las", "fifo", "srtf", "gandiva"})
-    return frozenset(PER_ROUND_POLICIES)
+    """Policies whose allocation reads per-round state (one list for every executor)."""
+    from optsched.policy import PER_ROUND_POLICIES
+
+    return PER_ROUND_POLICIES
 
 
 class NotFound(OptschedError):
@@ -611,7 +607,8 @@ class Session:
             self._allocator = Allocator(
                 self.cluster, placement=cfg.placement, seed=a.seed, round_length=cfg.round_length,
                 placement_time_limit=cfg.placement_time_limit, gpus_per_server=a.gpus_per_server,
-                type_order=a.type_order, work_conserving=a.work_conserving, queue=a.queue)
+                type_order=a.type_order, work_conserving=a.work_conserving, queue=a.queue,
+                migration_cost=a.migration_cost)
         if not self._allocator_synced:
             self._allocator.load_state(self._s["allocator"])
         self._allocator_synced, self._allocator_pending = False, True

@@ -71,7 +71,7 @@ def elastic_rows(trace) -> np.ndarray:
 
 def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunnable: bool = False,
                  apps: dict | None = None, co_adapt: bool = False, pair_table=None,
-                 spread_rates: bool = True) -> JobArrays:
+                 spread_rates: bool = False) -> JobArrays:
     """``apps``: the profiled applications elastic jobs name (needed when the
     trace has any); ``co_adapt``: the policy chooses elastic jobs' sizes (pollux,
     sia) — their rows are then per GPU and their scale factor 1; ``pair_table``:

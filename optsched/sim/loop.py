@@ -56,7 +56,8 @@ from optsched.sim.stages import (
 )
 
 ADMISSION = ("accept-all", "load")
-ALLOCATOR_OPTIONS = ("queue", "type_order", "work_conserving", "gpus_per_server", "placement_time_limit")
+ALLOCATOR_OPTIONS = ("queue", "type_order", "work_conserving", "gpus_per_server", "placement_time_limit",
+                     "migration_cost", "hysteresis")
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class SimConfig:
     skip_unrunnable: bool = False
     packing: bool = False  # space sharing with the throughput table's pair throughputs
     max_partners: int = 8  # packing: candidate partners per job
-    spread_rates: bool = True  # multi-GPU rigid jobs spread over servers run at the table's *_unconsolidated rate
+    spread_rates: bool = False  # True: multi-GPU rigid jobs spread over servers run at the table's *_unconsolidated rate (off: Gavel's model)
     policy_options: dict = field(default_factory=dict)
     allocator_options: dict = field(default_factory=dict)  # Allocator keywords: queue, type_order, work_conserving
 

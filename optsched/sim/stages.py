@@ -27,11 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from optsched.model import Instance
+from optsched.policy import PER_ROUND_POLICIES  # noqa: F401  (re-decided every round; one list for every executor)
 from optsched.sim.jobs import JobArrays
-
-# Policies whose allocation reads per-round state (attained service, goodput
-# fits, current configurations): re-decided every round by default.
-PER_ROUND_POLICIES = frozenset({"pollux", "sia", "tiresias", "las", "fifo", "srtf", "gandiva"})
 
 
 @dataclass
