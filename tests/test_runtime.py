@@ -136,13 +136,15 @@ def test_expired_lease_stops_the_job_with_a_checkpoint(tmp_path):
 def test_local_run_preempts_and_resumes_without_lost_progress(tmp_path):
     run_dir = str(tmp_path / "run")
     steps = 500
-    jobs = [regression_job(f"j{i}", steps, arrival=0.0 if i < 3 else 1.0) for i in range(4)]
+    # work=4: each job needs several 1 s rounds even on an idle machine, so the
+    # 4 jobs on 2 slots must rotate (preempt and resume) to share them.
+    jobs = [regression_job(f"j{i}", steps, arrival=0.0 if i < 3 else 1.0, work=4) for i in range(4)]
     res = run(jobs, "local", cluster="slot=2", round_length=1.0, grace=3.0, run_dir=run_dir, max_time=60)
     s = res.summary
     assert s["jobs_completed"] == 4 and s["jobs_failed"] == 0, res.jobs[["job_id", "status", "error"]]
     assert s["preemptions"] >= 1 and s["launches"] > 4  # 4 jobs on 2 slots rotate
     assert_full_progress(res, run_dir, [j.job_id for j in jobs])
-    want = digest(train(steps))
+    want = digest(train(steps, work=4))
     for j in jobs:  # resumed from checkpoints: the same weights as without preemption
         assert json.load(open(os.path.join(run_dir, "jobs", j.job_id, "result.json")))["digest"] == want
     assert_no_slot_shared(res)
