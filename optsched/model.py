@@ -669,3 +669,15 @@ def _elastic_info(snap: Snapshot, types: tuple[str, ...]) -> ElasticInfo | None:
         current_nodes=cur_n,
         server_gpus=server_gpus,
     )
+
+
+def json_default(x):
+    """``json.dumps(default=...)`` for numpy scalars and arrays, tuples and sets
+    (executors write their tables and summaries with it); anything else as text."""
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, (tuple, set, np.ndarray)):
+        return list(x)
+    return str(x)

@@ -35,6 +35,8 @@ allocator see only the trace, the measured throughputs and steps done.
 
 from __future__ import annotations
 
+from optsched.model import json_default
+
 import json
 import logging
 import math
@@ -183,14 +185,7 @@ class RunResult:
         pd.DataFrame(rows).to_csv(path, index=False, float_format="%.6g")
 
 
-def _plain(x):
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    if isinstance(x, (tuple, set, np.ndarray)):
-        return list(x)
-    return str(x)
+_plain = json_default  # one converter for every executor (optsched.model)
 
 
 class _Stop(Exception):

@@ -18,6 +18,8 @@ recorded failure).
 
 from __future__ import annotations
 
+from optsched.model import json_default
+
 import json
 import math
 import os
@@ -47,16 +49,7 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _plain(x):
-    import numpy as np
-
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    if isinstance(x, (tuple, set, np.ndarray)):
-        return list(x)
-    return str(x)
+_plain = json_default  # one converter for every executor (optsched.model)
 
 
 def row_of(payload: dict) -> dict:
