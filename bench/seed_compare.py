@@ -20,8 +20,10 @@ workloads.
    recompute_every=1.
 4. Ageing: JCT of the largest 5 % jobs (GPU-time) under lucid and lucid_ageing.
 5. Loss-based termination: each job gets a synthetic power-law convergence
-   profile (optsched.predict.convergence.synthetic_profiles); its work is cut
-   at termination_step(threshold 5 %); fifo and lucid rerun; JCT change.
+   profile as trace columns (optsched.predict.convergence.synthetic_columns);
+   fifo and lucid rerun with ``loss_threshold`` (``--loss-threshold``, default
+   5 %: the simulator ends a job when its loss is within 5 % of its final
+   loss); JCT change.
 6. Optimus on Pollux workloads (``--pollux``), 16 nodes × 4 GPUs, 1× load; the
    simulator does not yet hand elastic jobs' goodput models to optimus, so
    this script adds it to the simulator's goodput/configuration policy lists
@@ -105,6 +107,7 @@ def main() -> None:
     ap.add_argument("--pollux", default="1-8")
     ap.add_argument("--skip-sim", action="store_true")
     ap.add_argument("--skip-pollux", action="store_true")
+    ap.add_argument("--loss-threshold", type=float, default=0.05)
     a = ap.parse_args()
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -145,18 +148,16 @@ def main() -> None:
             out["ageing_largest_5pct_avg_jct"] = {
                 p: float(results[p].jobs.loc[big.to_numpy(), "jct"].mean()) for p in ("lucid", "lucid_ageing", "tiresias")
                 if p in results}
-        # loss-based termination
-        from optsched.predict.convergence import synthetic_profiles, termination_step
+        # loss-based termination: synthetic profiles as trace columns, the simulator's --loss-threshold
+        from optsched.predict.convergence import synthetic_columns
 
-        d = trace.jobs["duration"].to_numpy(dtype=float)
-        prof = synthetic_profiles(d, seed=1)
-        cutd = np.array([termination_step(p, s, 0.05) for p, s in zip(prof, d)])
-        short = replace(trace, jobs=trace.jobs.assign(duration=np.maximum(cutd, 1.0)))
-        out["loss_termination"] = {"work_fraction": float(cutd.sum() / d.sum())}
+        profiled = replace(trace, jobs=trace.jobs.assign(**synthetic_columns(len(trace.jobs), seed=1)))
+        out["loss_termination"] = {"threshold": a.loss_threshold}
         for pol in ("fifo", "lucid"):
             if pol in results:
-                r = run(short, a.cluster, pol, policy_options={"predictor": preds["ebm"]} if pol == "lucid" else {},
-                        recompute_every=1 if pol in PER_ROUND else None, seed=0)
+                r = run(profiled, a.cluster, pol, policy_options={"predictor": preds["ebm"]} if pol == "lucid" else {},
+                        recompute_every=1 if pol in PER_ROUND else None, seed=0, loss_threshold=a.loss_threshold)
+                out["loss_termination"]["work_fraction"] = r.summary["loss_work_fraction"]
                 out["loss_termination"][pol] = {"avg_jct_full": results[pol].summary["avg_jct"],
                                                 "avg_jct_terminated": r.summary["avg_jct"]}
     if not a.skip_pollux:

@@ -112,6 +112,8 @@ CASES = {
     "--packing": {"gavel": (["--packing", "--throughputs", "GAVEL"], lambda b, s, d: s["packing"] is True),
                   "philly": (["--packing", "--throughputs", "GAVEL"], lambda b, s, d: s["packing"] is True),
                   "tiresias": ("refused",), "pollux": ("refused",)},
+    # (the fixtures carry no convergence profiles; a trace with them: tests/test_seed_loss_termination.py)
+    "--loss-threshold": {"*": (["--loss-threshold", "0.05"], "refused")},
     "--out": {"*": ([], lambda b, s, d: all((d / "out" / f).stat().st_size > 0 for f in
                                             ("jobs.csv", "jobs.parquet", "rounds.csv", "rounds.parquet", "summary.json")))},
     "--plot": {"*": (["--plot"], lambda b, s, d: (d / "out" / "jct_cdf.png").exists() and (d / "out" / "utilization.png").exists())},

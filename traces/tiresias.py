@@ -4,6 +4,9 @@
 come from the trace itself (``speed="duration"``): iterations/duration on every
 GPU type — Tiresias simulates a homogeneous cluster. ``interval`` (the gap to
 the previous submission) is redundant with ``submit_time`` and not used.
+Optional columns ``loss_initial,loss_final,loss_tau,loss_alpha`` (a job's
+convergence profile, empty cells: none; optsched/predict/convergence.py) are
+kept for ``simulate --loss-threshold``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from optsched.traces.csvutil import read_csv_checked
 from optsched.traces.trace import Trace, make_trace, numeric_column
 
 COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
+LOSS_COLUMNS = ("loss_initial", "loss_final", "loss_tau", "loss_alpha")  # optional
 
 
 def read_tiresias(path: str | os.PathLike) -> Trace:
@@ -35,7 +39,8 @@ def read_tiresias(path: str | os.PathLike) -> Trace:
         from optsched.model import OptschedError
 
         raise OptschedError(f"{where}: row {rows[i]}: duration must be positive, got {rec['duration'][i]:g}")
-    return make_trace(rec, "tiresias", str(path), speed="duration")
+    extra = {c: numeric_column(df[c], c, rows, where, allow_missing=True) for c in LOSS_COLUMNS if c in df}
+    return make_trace(rec, "tiresias", str(path), speed="duration", extra=extra)
 
 
 def write_tiresias(trace: Trace, path: str | os.PathLike) -> None:

@@ -186,6 +186,7 @@ COMMON = dict(
     type_order=typer.Option(None, "--type-order", help="fixed (cluster order, default) | shuffle (every round) | v100,p100,k80."),
     placement=typer.Option("consolidated", "--placement", help="consolidated | first_fit | cpsat"),
     packing=typer.Option(False, "--packing", help="Space sharing: pack job pairs with the throughput table's pair throughputs."),
+    loss_threshold=typer.Option(None, "--loss-threshold", help="End a job when its loss is within this relative distance of its final loss (jobs with a convergence profile: trace columns loss_initial,loss_final,loss_tau,loss_alpha)."),
 )
 
 DEFAULT_OUT = Path("optsched-out")
@@ -199,8 +200,8 @@ def _outputs(out: Optional[Path], plot: bool) -> Optional[Path]:
 
 
 def _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission, load_factor,
-            window, skip_unrunnable, solver, queue, type_order, placement, packing) -> dict:
-    return dict(round_length=round_length, seed=seed, min_recompute_interval=min_recompute_interval,
+            window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold=None) -> dict:
+    return dict(loss_threshold=loss_threshold, round_length=round_length, seed=seed, min_recompute_interval=min_recompute_interval,
                 recompute_every=recompute_every, restart_overhead=_overhead(restart_overhead), admission=admission,
                 load_factor=load_factor, window=_window(window), skip_unrunnable=skip_unrunnable, solver=solver,
                 placement=placement, packing=packing, allocator_options=_allocator_options(queue, type_order))
@@ -245,6 +246,7 @@ def simulate(
     type_order: Optional[str] = COMMON["type_order"],
     placement: str = COMMON["placement"],
     packing: bool = COMMON["packing"],
+    loss_threshold: Optional[float] = COMMON["loss_threshold"],
     out: Optional[Path] = typer.Option(None, "--out", help="Write jobs/rounds CSV + Parquet and summary.json here."),
     plot: bool = typer.Option(False, "--plot", help="JCT CDF and utilization PNGs (into --out, default ./optsched-out)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (seconds throughout)."),
@@ -253,7 +255,7 @@ def simulate(
     """Simulate a policy on a trace: progress bar, summary table, optional CSV/Parquet/PNG output."""
     tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed)
     cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
-                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, packing)
+                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold)
     _precheck(tr, [policy], table, cfg)
     out = _outputs(out, plot)
     r = _run(tr, cl, table, policy, quiet or as_json, **cfg)
@@ -310,6 +312,7 @@ def compare(
     type_order: Optional[str] = COMMON["type_order"],
     placement: str = COMMON["placement"],
     packing: bool = typer.Option(False, "--packing", help="Also run each policy with space sharing: a column '<policy>+packing' next to it."),
+    loss_threshold: Optional[float] = COMMON["loss_threshold"],
     out: Optional[Path] = typer.Option(None, "--out", help="Write per-policy tables, summary.json and jct_cdf.png here."),
     plot: bool = typer.Option(False, "--plot", help="jct_cdf.png (into --out, default ./optsched-out)."),
     as_json: bool = typer.Option(False, "--json", help="Print {policy: summary} as JSON."),
@@ -323,7 +326,7 @@ def compare(
     if not names:
         raise OptschedError("--policies: give at least one policy")
     cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
-                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, False)
+                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, False, loss_threshold)
     _precheck(tr, names, table, cfg)
     if packing:
         _precheck(tr, names, table, {**cfg, "packing": True})

@@ -192,6 +192,11 @@ def simulate(
                         spread_rates=cfg.spread_rates)
     if jobs.n == 0:
         raise OptschedError("simulate: the trace has no runnable job")
+    loss_report = {}
+    if cfg.loss_threshold is not None:
+        from optsched.sim.stages import loss_termination
+
+        jobs, loss_report = loss_termination(jobs, trace, cfg.loss_threshold)
     st, rounds, info = simulate_jobs(jobs, cluster, cfg, progress_rate=progress_rate, on_round=on_round)
     capacity = np.array([cluster.gpus[t] for t in jobs.gpu_types], dtype=float)
     jdf = add_fairness(jobs_frame(jobs, st), jobs, capacity)
@@ -202,7 +207,7 @@ def simulate(
                     "elastic_jobs": int(jobs.is_elastic.sum()), "extrapolated_jobs": jobs.extrapolated,
                     "time_unit": time_unit(jdf), "progress_violation_steps": st.progress_violation,
                     "spread_rate_jobs": int((jobs.spread_throughput != jobs.throughput).any(axis=1).sum())
-                    if jobs.spread_throughput is not None else 0})
+                    if jobs.spread_throughput is not None else 0, **loss_report})
     if cfg.window is not None:
         # Gavel generates jobs until the window completes; a finite trace whose
         # arrivals stop earlier lets the queue drain and understates the JCT.

@@ -98,6 +98,7 @@ class SimConfig:
     max_partners: int = 8  # packing: candidate partners per job
     spread_rates: bool = False  # True: multi-GPU rigid jobs spread over servers run at the table's *_unconsolidated rate (off: Gavel's model)
     policy_options: dict = field(default_factory=dict)
+    loss_threshold: float | None = None  # end a job whose loss is within this relative distance of its final loss (stages.loss_termination)
     allocator_options: dict = field(default_factory=dict)  # Allocator keywords: queue, type_order, work_conserving
 
     def validate(self) -> None:
@@ -120,6 +121,8 @@ class SimConfig:
             raise OptschedError("--load-factor: applies only with --admission load")
         if not self.time_limit > 0:
             raise OptschedError(f"--time-limit: must be positive, got {self.time_limit:g}")
+        if self.loss_threshold is not None and not (0 <= self.loss_threshold < np.inf):
+            raise OptschedError(f"--loss-threshold: must be a number >= 0, got {self.loss_threshold:g}")
         if self.max_partners < 1:
             raise OptschedError(f"max_partners: must be >= 1, got {self.max_partners}")
         if self.window is not None and not (0 <= self.window[0] < self.window[1]):

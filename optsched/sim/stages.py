@@ -128,6 +128,48 @@ class Plan:
     migrated: tuple = ()
 
 
+# ---------------------------------------------------------------- loss-based termination (Blox)
+
+
+def loss_termination(jobs: JobArrays, trace, threshold: float) -> tuple[JobArrays, dict]:
+    """Jobs whose trace row carries a convergence profile (optsched/predict/
+    convergence.py ``LOSS_COLUMNS``) end when their loss is within relative
+    ``threshold`` of their final loss: their work becomes the termination step
+    (a fraction of their requested work; a job is never lengthened, and keeps
+    at least 1e-6 of its work). Other jobs run to their length. Returns the
+    jobs and a report for the summary. Elastic jobs (no fixed length) and a
+    trace without any profile are refused, one line."""
+    from dataclasses import replace
+
+    from optsched.model import OptschedError
+    from optsched.predict.convergence import LOSS_COLUMNS, profiles_from_columns, termination_step
+
+    where = f"{trace.format} trace {trace.source}".strip()
+    if not all(c in trace.jobs for c in LOSS_COLUMNS):
+        raise OptschedError(f"--loss-threshold: the {where} has no convergence profiles (columns "
+                            f"{', '.join(LOSS_COLUMNS)})")
+    profiles = dict(zip(trace.jobs["job_id"], profiles_from_columns(trace.jobs, where)))
+    steps = jobs.steps_total.copy()
+    cut = 0
+    for m, jid in enumerate(jobs.job_ids):
+        prof = profiles.get(jid)
+        if prof is None:
+            continue
+        if jobs.is_elastic is not None and jobs.is_elastic[m]:
+            raise OptschedError(f"--loss-threshold: job {jid!r} is elastic (runs to an epoch count); loss-based "
+                                "termination applies to jobs with a length")
+        frac = max(termination_step(prof, 1.0, threshold), 1e-6)
+        if frac < 1.0:
+            steps[m] = jobs.steps_total[m] * frac
+            cut += 1
+    if not any(p is not None for p in profiles.values()):
+        raise OptschedError(f"--loss-threshold: no job of the {where} has a convergence profile")
+    total = float(jobs.steps_total.sum())
+    report = {"loss_threshold": float(threshold), "loss_terminated_jobs": cut,
+              "loss_work_fraction": float(steps.sum() / total) if total > 0 else 1.0}
+    return replace(jobs, steps_total=steps), report
+
+
 # ---------------------------------------------------------------- admit
 
 
