@@ -249,7 +249,7 @@ def with_servers(cluster: Cluster) -> Cluster:
 def parse_cluster(spec: str | None = None, servers: str | None = None) -> Cluster:
     """``v100=36,p100=36,k80=36`` and/or ``16x4`` (servers × GPUs per server,
     homogeneous; the type is the single --cluster type, else ``gpu``)."""
-    from optsched.model import Server
+    from optsched.model import MAX_GPUS, Server
 
     gpus: dict[str, int] = {}
     if spec:
@@ -272,6 +272,8 @@ def parse_cluster(spec: str | None = None, servers: str | None = None) -> Cluste
             raise OptschedError(f"--servers: {servers!r} is not SERVERSxGPUS (e.g. 16x4)") from None
         if ns <= 0 or per <= 0:
             raise OptschedError(f"--servers: {servers!r} needs positive numbers")
+        if ns * per > MAX_GPUS:  # before any server is built
+            raise OptschedError(f"--servers: {ns:,} x {per:,} GPUs exceed the limit of {MAX_GPUS:,}")
         if len(gpus) > 1:
             raise OptschedError("--servers describes a homogeneous cluster; give at most one type in --cluster")
         t = next(iter(gpus), "gpu")
