@@ -1,6 +1,6 @@
 """Fidelity against the peers' published numbers (prints tables).
 
-    python bench/fidelity.py [--only gavel|tiresias|pollux|sia] [--rates 2.0,...] [--jobs 5000] [--load 0.5,1,2]
+    python bench/fidelity.py [--only gavel|tiresias|static|packing|pollux|sia] [--rates 2.0,...] [--jobs 5000] [--load 0.5,1,2]
 
 Sections (functions ``gavel``, ``tiresias``; more are added as sections):
 
@@ -24,6 +24,15 @@ Sections (functions ``gavel``, ``tiresias``; more are added as sections):
   also walks v100 first and lands at 21.4 h instead of ~23.5 h.
 - tiresias: Tiresias' ``60_job.csv`` on its ``cluster_spec.csv`` (16 servers ×
   4 GPUs): no queueing, published average JCT 178.4 s for every policy.
+- static: Gavel's static makespan experiment (EXPERIMENTS.md "Makespan Policy
+  on Static-Multiple Trace": ``run_sweep_static.py``, all jobs at t = 0,
+  multi-GPU jobs, 36:36:36, rounds of 360 s), FIFO at 100 jobs, seeds 0–2,
+  with Gavel's mechanism (``queue="gavel"``, type order shuffled every round:
+  FIFO has no "Perf" in its name). Makespan next to the 182 h the issue cites
+  for Gavel's FIFO, migrations per run and the most any job moved. Rows:
+  ``fifo`` (re-picks the fastest type with room at every decision, Gavel's
+  FIFO_Perf) and ``fifo sticky`` (a running job keeps its type and is never
+  preempted, as Gavel's base FIFOPolicy keeps its allocation).
 - packing: space sharing (Gavel §3.1) — a Gavel-style single-GPU stream with
   job types from ``simulation_throughputs.json``, max_min_fairness with and
   without ``packing=True`` (pairs from the table's pair throughputs), same
@@ -162,6 +171,67 @@ def tiresias() -> dict:
     return {"rows": rows}
 
 
+# Gavel's FIFO on the static multi-GPU trace at 100 jobs, as issue 14 cites it (hours).
+GAVEL_STATIC_FIFO_MAKESPAN_H = 182.0
+STATIC_VARIANTS = {"fifo": {}, "fifo sticky": {"sticky": True}}
+
+
+def static_trace(n_jobs: int, seed: int):
+    """Gavel's static trace: the Gavel-style multi-GPU stream, every job at t = 0."""
+    from dataclasses import replace
+
+    from optsched.traces.generate import generate_gavel
+    from optsched.traces.throughputs import gavel_throughputs
+
+    table = gavel_throughputs(PEER)
+    tr = generate_gavel(table, n_jobs, 1.0, seed=seed, multi_gpu=True)
+    jobs = tr.jobs.copy()
+    jobs["arrival_time"] = 0.0
+    return replace(tr, jobs=jobs), table
+
+
+def static_point(n_jobs: int = 100, seed: int = 0, policy: str = "fifo", policy_options=None,
+                 allocator_options=None):
+    """One static-trace run: (summary, per-job frame, wall seconds)."""
+    from optsched.sim import simulate
+
+    trace, table = static_trace(n_jobs, seed)
+    t0 = time.perf_counter()
+    r = simulate(trace, {"v100": 36, "p100": 36, "k80": 36}, policy=policy, throughputs=table, round_length=360.0,
+                 seed=seed, policy_options=dict(policy_options or {}),
+                 allocator_options=dict(allocator_options or {"queue": "gavel", "type_order": "shuffle"}))
+    return r.summary, r.jobs, time.perf_counter() - t0
+
+
+def static(n_jobs: int = 100, seeds=(0, 1, 2)) -> list[dict]:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"Gavel static multi-GPU trace, {n_jobs} jobs at t = 0, 36:36:36, queue gavel + shuffled types, "
+                    f"seeds {','.join(map(str, seeds))}", header_style="bold")
+    for c in ("policy", "makespan (h) per seed", "mean (h)", "published (h)", "mean/published", "migrations per run",
+              "max moves of one job", "wall (s)"):
+        t.add_column(c, justify="right")
+    rows = []
+    for name, opts in STATIC_VARIANTS.items():
+        spans, moves, most, walls = [], [], [], []
+        for sd in seeds:
+            s, jobs, wall = static_point(n_jobs, sd, "fifo", opts)
+            spans.append(s["makespan"] / 3600)
+            moves.append(int(s["migrations"]))
+            most.append(int(jobs["migrations"].max()))
+            walls.append(wall)
+            rows.append({"variant": name, "seed": sd, "makespan_h": spans[-1], "migrations": moves[-1],
+                         "max_job_migrations": most[-1], "wall_s": wall})
+            print(rows[-1], flush=True)
+        m = float(np.mean(spans))
+        t.add_row(name, " / ".join(f"{x:.1f}" for x in spans), f"{m:.1f}", f"{GAVEL_STATIC_FIFO_MAKESPAN_H:.0f}",
+                  f"{m / GAVEL_STATIC_FIFO_MAKESPAN_H - 1:+.1%}", " / ".join(map(str, moves)),
+                  " / ".join(map(str, most)), f"{np.mean(walls):.1f}")
+    Console(width=200).print(t)
+    return rows
+
+
 def packing(jobs: int = 300, rate: float = 6.0, cluster: str = "v100=12,p100=12,k80=12", seed: int = 0) -> list[dict]:
     from rich.console import Console
     from rich.table import Table
@@ -191,7 +261,7 @@ def packing(jobs: int = 300, rate: float = 6.0, cluster: str = "v100=12,p100=12,
     return rows
 
 
-SECTIONS = {"gavel": gavel, "tiresias": tiresias, "packing": packing}
+SECTIONS = {"gavel": gavel, "tiresias": tiresias, "static": static, "packing": packing}
 
 # Elastic sections (goodput, pollux/sia policies): bench/fidelity_elastic.py.
 from fidelity_elastic import pollux, sia  # noqa: E402
@@ -211,6 +281,7 @@ def main(argv=None) -> None:
                     help="gavel: spread multi-GPU jobs run at the table's *_unconsolidated rate (optsched's default; "
                          "Gavel's simulator always uses the consolidated rate, so the bench does too)")
     ap.add_argument("--load", default="1", help="pollux: relative job loads, e.g. 0.5,1,2")
+    ap.add_argument("--static-jobs", type=int, default=100, help="static: jobs in Gavel's static trace")
     a = ap.parse_args(argv)
     if not PEER.is_dir():
         sys.exit(f"peer data not found at {PEER} (set OPTSCHED_PEER_DATA)")
@@ -219,6 +290,8 @@ def main(argv=None) -> None:
             gavel(tuple(float(x) for x in a.rates.split(",")), a.seed, a.jobs,
                   seeds=[int(x) for x in a.seeds.split(",")] if a.seeds else None, multi_gpu=a.multi_gpu,
                   spread_rates=a.spread_rates)
+        elif name == "static":
+            static(a.static_jobs, seeds=tuple(int(x) for x in a.seeds.split(",")) if a.seeds else (0, 1, 2))
         elif name == "pollux":
             pollux(loads=tuple(float(x) for x in a.load.split(",")))
         else:

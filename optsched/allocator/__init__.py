@@ -42,7 +42,7 @@ from optsched.allocator.ledger import RESET_TOLERANCE, Books, Period, RoundBooks
 from optsched.allocator.ledger import digest as ledger_digest
 from optsched.allocator.state import PRIOR_ROUNDS, STATE_FIELDS, AllocatorState, Columns, members, pair_key
 from optsched.allocator.walk import (
-    NEVER_RUN, QUEUES, PairEntry, Standing, Sticky, Units, WalkOptions, units_from_counts, walk,
+    NEVER_RUN, QUEUES, PairEntry, Standing, Sticky, Units, WalkOptions, skips_zero_priority, units_from_counts, walk,
 )
 from optsched.model import Allocation, Cluster, Instance, OptschedError, Snapshot
 from optsched.placement import DEFAULT_GPUS_PER_SERVER, Layout, placement_policies
@@ -225,7 +225,7 @@ class Allocator:
         lease = st.lease.without(gone) if gone else st.lease
         per = period(st, reset)
         books = gather(st, per, at, ids, self.seed)
-        units = self._units(view, av, books, per)
+        units = self._units(view, av, books, per, skips_zero_priority(allocation.policy))
         seats = seat(units, ids, lease, self.cols, self.placement_options)
         seats.notes[:0] = av.notes
         diff = round_diff(ids, seats, lease, books.running.tolist(), self._slots, round_no=st.round)
@@ -255,7 +255,7 @@ class Allocator:
             return set()
         return set(self._state.jobs.row) - set(ids)
 
-    def _units(self, view: JobsView, av: AllocationView, books: Books, per: Period) -> Units:
+    def _units(self, view: JobsView, av: AllocationView, books: Books, per: Period, skip_zero: bool = False) -> Units:
         if av.counts is not None:
             return units_from_counts(av.counts)
         ids, gpus = view.ids, self._state.lease.gpus  # a gone job's GPUs are never asked for
@@ -264,7 +264,7 @@ class Allocator:
         pairs = [PairEntry(a, b, xp, per.pairs.get(pair_key(ids[a], ids[b]))) for a, b, xp in av.pairs]
         digest = ledger_digest(books, per.pairs, ids) if self.walk_options.shuffle else 0
         sticky = self._sticky(ids, av, books, pairs) if self.hysteresis > 0 else None
-        return walk(standing, pairs, self.walk_options, self.cols.capacity, digest, sticky)
+        return walk(standing, pairs, self.walk_options, self.cols.capacity, digest, sticky, skip_zero)
 
     def _sticky(self, ids: tuple[str, ...], av: AllocationView, books: Books, pairs: list[PairEntry]) -> Sticky | None:
         """Where each running job stays (migration-aware walk): the type it ran

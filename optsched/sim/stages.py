@@ -238,6 +238,7 @@ def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarra
         pairs=view.pairs,
         pair_throughput=view.pair_throughput,
         elastic=elastic,
+        extras={"current_type": st.config[act, 0]},  # the column each job runs on (-1: waiting); sticky fifo
     )
 
 
