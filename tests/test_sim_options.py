@@ -94,7 +94,9 @@ CASES = {
                       "tiresias": ("refused",), "pollux": ("refused",)},
     "--min-recompute-interval": {"*": (["--min-recompute-interval", "100000"], lambda b, s, d: s["recomputations"] < b["recomputations"])},
     "--recompute-every": {"*": (["--recompute-every", "1"], lambda b, s, d: s["recomputations"] == s["rounds"])},
-    "--restart-overhead": {"*": (["--restart-overhead", "500"], lambda b, s, d: s["avg_jct"] > b["avg_jct"])},
+    # (shorter than a round: 360 s, 60 s for elastic jobs; longer is refused, tests/test_fuzz_options.py)
+    "--restart-overhead": {"*": (["--restart-overhead", "300"], lambda b, s, d: s["avg_jct"] > b["avg_jct"]),
+                           "pollux": (["--restart-overhead", "50"], lambda b, s, d: s["avg_jct"] > b["avg_jct"])},
     # (jobs that overlap wait: JCT never lower; tests/test_sim.py checks the hold-back itself)
     "--admission": {"*": (["--admission", "load", "--load-factor", "0.01"],
                           lambda b, s, d: _config(d)["admission"] == "load" and s["avg_jct"] >= b["avg_jct"])},
@@ -108,6 +110,11 @@ CASES = {
                  "pollux": (["--solver", "no-such-solver"], "refused")},
     "--queue": {"*": (["--queue", "gavel"], lambda b, s, d: _config(d)["allocator_options"] == {"queue": "gavel"})},
     "--type-order": {"*": (["--type-order", "shuffle"], lambda b, s, d: _config(d)["allocator_options"] == {"type_order": "shuffle"})},
+    # migration-aware walk: the allocator gets the cost (and H = 20·cost/round) and never moves jobs more than without it
+    "--migration-cost": {"*": (["--migration-cost", "3600"], lambda b, s, d: _config(d)["allocator_options"] == {"migration_cost": 3600.0}
+                               and s["migrations"] <= b["migrations"])},
+    "--hysteresis": {"*": (["--hysteresis", "50"], lambda b, s, d: _config(d)["allocator_options"] == {"hysteresis": 50.0}
+                           and s["migrations"] <= b["migrations"])},
     "--placement": {"*": (["--placement", "first_fit"], lambda b, s, d: _config(d)["placement"] == "first_fit")},
     "--packing": {"gavel": (["--packing", "--throughputs", "GAVEL"], lambda b, s, d: s["packing"] is True),
                   "philly": (["--packing", "--throughputs", "GAVEL"], lambda b, s, d: s["packing"] is True),

@@ -30,6 +30,7 @@ from optsched.traces.throughputs import ThroughputTable
 from optsched.traces.trace import Trace, make_trace
 
 
+MAX_GENERATED_JOBS = 1_000_000  # documented limit of a generated trace (README: options and their limits)
 SCALE_FACTORS = (1, 2, 4, 8)
 SCALE_PROBABILITIES = (0.70, 0.10, 0.15, 0.05)
 
@@ -56,10 +57,10 @@ def generate_gavel(
     reference: str = "v100",
     models: tuple[str, ...] | None = None,
 ) -> Trace:
-    if n_jobs <= 0:
-        raise OptschedError(f"generate: n_jobs must be positive, got {n_jobs}")
-    if jobs_per_hour <= 0:
-        raise OptschedError(f"generate: jobs_per_hour must be positive, got {jobs_per_hour}")
+    if not 0 < n_jobs <= MAX_GENERATED_JOBS:  # before any array of n_jobs is drawn
+        raise OptschedError(f"generate: n_jobs must be from 1 to {MAX_GENERATED_JOBS:,}, got {n_jobs}")
+    if not (np.isfinite(jobs_per_hour) and jobs_per_hour > 0):
+        raise OptschedError(f"generate: jobs_per_hour must be a positive finite number, got {jobs_per_hour}")
     if reference not in table.gpu_types:
         reference = table.gpu_types[-1]
     # One substream per attribute, one uniform (row) per job: job i's draws do

@@ -85,7 +85,9 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
     from optsched.traces.generate import default_trace
     from optsched.traces.io import read_trace
     from optsched.traces.throughputs import read_throughputs
+    from optsched.cli.limits import check_seed
 
+    check_seed(seed)
     trace = default_trace() if trace_path is None else read_trace(trace_path, fmt)
     if sample is not None:
         if sample < 1:
@@ -156,10 +158,15 @@ def _overhead(value: Optional[str]):
         raise OptschedError(f"--restart-overhead: {value!r} is not a number of seconds or 'application'") from None
 
 
-def _allocator_options(queue: Optional[str], type_order: Optional[str]) -> dict:
+def _allocator_options(queue: Optional[str], type_order: Optional[str], migration_cost: Optional[float] = None,
+                       hysteresis: Optional[float] = None) -> dict:
     out = {}
     if queue is not None:
         out["queue"] = queue
+    if migration_cost is not None:
+        out["migration_cost"] = migration_cost
+    if hysteresis is not None:
+        out["hysteresis"] = hysteresis
     if type_order is not None:
         out["type_order"] = type_order if type_order in ("fixed", "shuffle") else [
             t.strip() for t in type_order.split(",") if t.strip()]
@@ -186,6 +193,8 @@ COMMON = dict(
     type_order=typer.Option(None, "--type-order", help="fixed (cluster order, default) | shuffle (every round) | v100,p100,k80."),
     placement=typer.Option("consolidated", "--placement", help="consolidated | first_fit | cpsat"),
     packing=typer.Option(False, "--packing", help="Space sharing: pack job pairs with the throughput table's pair throughputs."),
+    migration_cost=typer.Option(None, "--migration-cost", help="Seconds a restart or move costs, as the allocator sees it: running jobs stay put unless their share needs the move (hysteresis 20 × cost / round length rounds; default 0: Gavel's walk)."),
+    hysteresis=typer.Option(None, "--hysteresis", help="The allocator's hysteresis H in rounds, set directly (default: from --migration-cost)."),
     loss_threshold=typer.Option(None, "--loss-threshold", help="End a job when its loss is within this relative distance of its final loss (jobs with a convergence profile: trace columns loss_initial,loss_final,loss_tau,loss_alpha)."),
 )
 
@@ -200,19 +209,25 @@ def _outputs(out: Optional[Path], plot: bool) -> Optional[Path]:
 
 
 def _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission, load_factor,
-            window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold=None) -> dict:
+            window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold=None,
+            migration_cost=None, hysteresis=None) -> dict:
     return dict(loss_threshold=loss_threshold, round_length=round_length, seed=seed, min_recompute_interval=min_recompute_interval,
                 recompute_every=recompute_every, restart_overhead=_overhead(restart_overhead), admission=admission,
                 load_factor=load_factor, window=_window(window), skip_unrunnable=skip_unrunnable, solver=solver,
-                placement=placement, packing=packing, allocator_options=_allocator_options(queue, type_order))
+                placement=placement, packing=packing,
+                allocator_options=_allocator_options(queue, type_order, migration_cost, hysteresis))
 
 
-def _precheck(tr, policies, table, cfg: dict) -> None:
-    """Every option and policy checked before the first run starts."""
+def _precheck(tr, policies, table, cfg: dict, cluster=None) -> None:
+    """Every option and policy checked before the first run starts (numbers against
+    the documented limits of optsched.cli.limits, the rounds a run needs included)."""
+    from optsched.cli.limits import check_rounds, check_sim_options
     from optsched.model import OptschedError
     from optsched.sim import check_run
+    from optsched.sim.jobs import elastic_rows
     from optsched.sim.loop import SimConfig
 
+    check_sim_options(cfg, elastic=bool(elastic_rows(tr).any()))
     try:
         sc = SimConfig(**cfg)
     except TypeError as e:
@@ -220,6 +235,8 @@ def _precheck(tr, policies, table, cfg: dict) -> None:
     sc.validate()
     for p in policies:
         check_run(tr, p, sc.solver, sc.packing, table, sc.allocator_options, sc.placement)
+    if cluster is not None:
+        check_rounds(tr, cluster, table, cfg)
 
 
 @app.command()
@@ -246,6 +263,8 @@ def simulate(
     type_order: Optional[str] = COMMON["type_order"],
     placement: str = COMMON["placement"],
     packing: bool = COMMON["packing"],
+    migration_cost: Optional[float] = COMMON["migration_cost"],
+    hysteresis: Optional[float] = COMMON["hysteresis"],
     loss_threshold: Optional[float] = COMMON["loss_threshold"],
     out: Optional[Path] = typer.Option(None, "--out", help="Write jobs/rounds CSV + Parquet and summary.json here."),
     plot: bool = typer.Option(False, "--plot", help="JCT CDF and utilization PNGs (into --out, default ./optsched-out)."),
@@ -255,8 +274,9 @@ def simulate(
     """Simulate a policy on a trace: progress bar, summary table, optional CSV/Parquet/PNG output."""
     tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed)
     cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
-                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold)
-    _precheck(tr, [policy], table, cfg)
+                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold,
+                  migration_cost, hysteresis)
+    _precheck(tr, [policy], table, cfg, cl)
     out = _outputs(out, plot)
     r = _run(tr, cl, table, policy, quiet or as_json, **cfg)
     files = []
@@ -312,6 +332,8 @@ def compare(
     type_order: Optional[str] = COMMON["type_order"],
     placement: str = COMMON["placement"],
     packing: bool = typer.Option(False, "--packing", help="Also run each policy with space sharing: a column '<policy>+packing' next to it."),
+    migration_cost: Optional[float] = COMMON["migration_cost"],
+    hysteresis: Optional[float] = COMMON["hysteresis"],
     loss_threshold: Optional[float] = COMMON["loss_threshold"],
     out: Optional[Path] = typer.Option(None, "--out", help="Write per-policy tables, summary.json and jct_cdf.png here."),
     plot: bool = typer.Option(False, "--plot", help="jct_cdf.png (into --out, default ./optsched-out)."),
@@ -326,8 +348,9 @@ def compare(
     if not names:
         raise OptschedError("--policies: give at least one policy")
     cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
-                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, False, loss_threshold)
-    _precheck(tr, names, table, cfg)
+                  load_factor, window, skip_unrunnable, solver, queue, type_order, placement, False, loss_threshold,
+                  migration_cost, hysteresis)
+    _precheck(tr, names, table, cfg, cl)
     if packing:
         _precheck(tr, names, table, {**cfg, "packing": True})
     out = _outputs(out, plot)
@@ -384,6 +407,9 @@ def trace_convert(
     seed: int = COMMON["seed"],
 ):
     """Convert between trace formats (Philly → Gavel assigns job types from the seed)."""
+    from optsched.cli.limits import check_seed
+
+    check_seed(seed)
     from optsched.traces.io import read_trace, write_trace
     from optsched.traces.throughputs import default_throughputs, read_throughputs
 
@@ -408,6 +434,9 @@ def trace_generate(
     seed: int = COMMON["seed"],
 ):
     """Gavel-style continuous arrivals with job types from a throughput table."""
+    from optsched.cli.limits import check_generate
+
+    check_generate(jobs, rate, seed)
     from optsched.traces.generate import generate_gavel
     from optsched.traces.io import write_trace
     from optsched.traces.throughputs import default_throughputs, read_throughputs
