@@ -121,6 +121,9 @@ CASES = {
                   "tiresias": ("refused",), "pollux": ("refused",)},
     # (the fixtures carry no convergence profiles; a trace with them: tests/test_seed_loss_termination.py)
     "--loss-threshold": {"*": (["--loss-threshold", "0.05"], "refused")},
+    # (values refused by name: tests/test_seed_policy_options.py)
+    "--policy-option": {"*": (["--policy", "tiresias", "--policy-option", "thresholds=1"],
+                              lambda b, s, d: _config(d)["policy_options"] == {"thresholds": [1.0]})},
     "--out": {"*": ([], lambda b, s, d: all((d / "out" / f).stat().st_size > 0 for f in
                                             ("jobs.csv", "jobs.parquet", "rounds.csv", "rounds.parquet", "summary.json")))},
     "--plot": {"*": (["--plot"], lambda b, s, d: (d / "out" / "jct_cdf.png").exists() and (d / "out" / "utilization.png").exists())},

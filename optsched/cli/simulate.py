@@ -196,6 +196,7 @@ COMMON = dict(
     migration_cost=typer.Option(None, "--migration-cost", help="Seconds a restart or move costs, as the allocator sees it: running jobs stay put unless their share needs the move (hysteresis 20 × cost / round length rounds; default 0: Gavel's walk)."),
     hysteresis=typer.Option(None, "--hysteresis", help="The allocator's hysteresis H in rounds, set directly (default: from --migration-cost)."),
     loss_threshold=typer.Option(None, "--loss-threshold", help="End a job when its loss is within this relative distance of its final loss (jobs with a convergence profile: trace columns loss_initial,loss_final,loss_tau,loss_alpha)."),
+    policy_option=typer.Option(None, "--policy-option", help="KEY=VALUE for the policy's formulation (repeatable), e.g. ageing=true or thresholds=3600,7200; unknown keys and bad values are refused by name."),
 )
 
 DEFAULT_OUT = Path("optsched-out")
@@ -216,6 +217,18 @@ def _config(round_length, seed, min_recompute_interval, recompute_every, restart
                 load_factor=load_factor, window=_window(window), skip_unrunnable=skip_unrunnable, solver=solver,
                 placement=placement, packing=packing,
                 allocator_options=_allocator_options(queue, type_order, migration_cost, hysteresis))
+
+
+def _policy_options(policies: list[str], items) -> dict:
+    """--policy-option KEY=VALUE items, checked against every policy of the run."""
+    from optsched.model import OptschedError
+    from optsched.policy import policy_names
+    from optsched.policy_options import parse_policy_options
+
+    for p in policies:
+        if p not in policy_names():
+            raise OptschedError(f"--policy: unknown policy {p!r} (choose from {', '.join(policy_names())})")
+    return parse_policy_options(policies, items)
 
 
 def _precheck(tr, policies, table, cfg: dict, cluster=None) -> None:
@@ -266,6 +279,7 @@ def simulate(
     migration_cost: Optional[float] = COMMON["migration_cost"],
     hysteresis: Optional[float] = COMMON["hysteresis"],
     loss_threshold: Optional[float] = COMMON["loss_threshold"],
+    policy_option: Optional[list[str]] = COMMON["policy_option"],
     out: Optional[Path] = typer.Option(None, "--out", help="Write jobs/rounds CSV + Parquet and summary.json here."),
     plot: bool = typer.Option(False, "--plot", help="JCT CDF and utilization PNGs (into --out, default ./optsched-out)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (seconds throughout)."),
@@ -276,6 +290,7 @@ def simulate(
     cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
                   load_factor, window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold,
                   migration_cost, hysteresis)
+    cfg["policy_options"] = _policy_options([policy], policy_option)
     _precheck(tr, [policy], table, cfg, cl)
     out = _outputs(out, plot)
     r = _run(tr, cl, table, policy, quiet or as_json, **cfg)
@@ -335,6 +350,7 @@ def compare(
     migration_cost: Optional[float] = COMMON["migration_cost"],
     hysteresis: Optional[float] = COMMON["hysteresis"],
     loss_threshold: Optional[float] = COMMON["loss_threshold"],
+    policy_option: Optional[list[str]] = COMMON["policy_option"],
     out: Optional[Path] = typer.Option(None, "--out", help="Write per-policy tables, summary.json and jct_cdf.png here."),
     plot: bool = typer.Option(False, "--plot", help="jct_cdf.png (into --out, default ./optsched-out)."),
     as_json: bool = typer.Option(False, "--json", help="Print {policy: summary} as JSON."),
@@ -350,6 +366,7 @@ def compare(
     cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
                   load_factor, window, skip_unrunnable, solver, queue, type_order, placement, False, loss_threshold,
                   migration_cost, hysteresis)
+    cfg["policy_options"] = _policy_options(names, policy_option)
     _precheck(tr, names, table, cfg, cl)
     if packing:
         _precheck(tr, names, table, {**cfg, "packing": True})

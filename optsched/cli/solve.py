@@ -34,6 +34,7 @@ def solve(
     placement_policy: str = typer.Option("consolidated", "--placement-policy", help="consolidated | first_fit | cpsat"),
     partitions: int = typer.Option(1, "--partitions", help="POP: solve k balanced sub-problems in parallel and merge (large snapshots)."),
     strict: bool = typer.Option(False, "--strict", help="Exit with code 3 when the solver fell back (status not optimal)."),
+    policy_option: Optional[list[str]] = typer.Option(None, "--policy-option", help="KEY=VALUE for the policy's formulation (repeatable); unknown keys and bad values are refused by name."),
 ):
     """Solve a policy on a cluster snapshot: allocation, explanation (and placement)."""
     from optsched.model import parse_snapshot
@@ -58,6 +59,12 @@ def solve(
                 f"--placement-policy: unknown policy {placement_policy!r} (choose from {', '.join(placement_policies())})"
             )
     options = {"packing": True} if packing else {}
+    if policy_option:
+        from optsched.policy import _module
+        from optsched.policy_options import parse_policy_options
+
+        _module(policy)  # an unknown policy is named before its options
+        options.update(parse_policy_options(policy, policy_option))
     if partitions != 1:
         from optsched.model import Instance
         from optsched.pop import solve_partitioned

@@ -1,0 +1,158 @@
+"""``--policy-option KEY=VALUE`` (solve, simulate, compare): a formulation's
+own options from the command line, parsed and validated before any work.
+
+The keys a policy takes are the named parameters of its module's ``build`` /
+``allocate`` (``optsched.policy``), less those the command line cannot give or
+that the policy's name fixes:
+
+- objects from the Python API (``predictor``, ``explain``), ``packing`` (the
+  ``--packing`` flag) and the plumbing (``inst``, ``policy``, ``solver``,
+  ``time_limit``);
+- options the registry sets for the name (``order`` of ``fifo``, ``agnostic``
+  of ``*_agnostic``, ``discretization`` of ``tiresias_gittins``, ...): another
+  value would be another policy.
+
+A value is read by the type of the parameter's default: ``true/false`` (also
+1/0, yes/no) for a flag, an integer, a finite number, comma-separated numbers
+for a tuple (``thresholds=3600,7200``), text for text; a parameter without a
+default value type takes a JSON number, flag or list. A number whose default
+is >= 0 (counts, seconds, factors) must be >= 0. The options then go
+through one solve on a two-job instance, so a value the formulation refuses
+(a negative count, an unknown name) is reported here, naming the key, rather
+than rounds into a simulation. Errors are one line (OptschedError, exit 2).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+
+from optsched.model import OptschedError
+
+PLUMBING = frozenset({"inst", "policy", "solver", "time_limit"})
+API_ONLY = frozenset({"predictor", "explain", "packing"})
+FLAG = "--policy-option"
+
+
+def accepted_options(policy: str) -> dict[str, object]:
+    """{key: default} a policy takes from the command line."""
+    from optsched.policy import _module
+
+    mod, fixed = _module(policy)
+    fn = getattr(mod, "build", None) or getattr(mod, "allocate")
+    out = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.name in PLUMBING | API_ONLY or p.name in fixed:
+            continue
+        out[p.name] = None if p.default is inspect.Parameter.empty else p.default
+    return out
+
+
+def _parse(key: str, text: str, default):
+    bad = OptschedError(f"{FLAG}: {key}={text!r}: expected {_kind(default)}")
+    t = text.strip()
+    if isinstance(default, bool):
+        low = t.lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise bad
+    if isinstance(default, int):
+        try:
+            return int(t)
+        except ValueError:
+            raise bad from None
+    if isinstance(default, float):
+        try:
+            v = float(t)
+        except ValueError:
+            raise bad from None
+        if not math.isfinite(v):
+            raise bad
+        return v
+    if isinstance(default, (tuple, list)):
+        try:
+            vals = tuple(float(x) for x in t.split(",") if x.strip())
+        except ValueError:
+            raise bad from None
+        if not vals or not all(math.isfinite(v) for v in vals):
+            raise bad
+        return vals
+    if isinstance(default, str):
+        if not t:
+            raise bad
+        return t
+    try:
+        v = json.loads(t)
+    except ValueError:
+        raise bad from None
+    if not isinstance(v, (bool, int, float, list)) or (isinstance(v, float) and not math.isfinite(v)):
+        raise bad
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _kind(default) -> str:
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a finite number"
+    if isinstance(default, (tuple, list)):
+        return "comma-separated numbers"
+    if isinstance(default, str):
+        return "a name"
+    return "a number, true/false or a JSON list"
+
+
+def parse_policy_options(policies: list[str] | str, items: list[str] | None) -> dict:
+    """``KEY=VALUE`` items → options valid for every policy in ``policies``."""
+    names = [policies] if isinstance(policies, str) else list(policies)
+    raw: dict[str, str] = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise OptschedError(f"{FLAG}: {item!r} is not KEY=VALUE")
+        if key in raw:
+            raise OptschedError(f"{FLAG}: {key} given twice")
+        raw[key] = value
+    if not raw:
+        return {}
+    out: dict = {}
+    for policy in names:
+        known = accepted_options(policy)
+        for key, value in raw.items():
+            if key not in known:
+                choices = ", ".join(sorted(known)) or "none"
+                raise OptschedError(f"{FLAG}: unknown key {key!r} for policy {policy} (it takes: {choices})")
+            out[key] = _parse(key, value, known[key])
+            d, v = known[key], out[key]
+            if (isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0 and not isinstance(v, bool)
+                    and isinstance(v, (int, float)) and v < 0):
+                raise OptschedError(f"{FLAG}: {key}={value!r}: must be >= 0")
+        _dry_run(policy, out, raw)
+    return out
+
+
+def _dry_run(policy: str, options: dict, raw: dict) -> None:
+    """One solve on a two-job instance; an error that names an option is that option's."""
+    import numpy as np
+
+    from optsched.model import Instance
+    from optsched.policy import solve_instance
+
+    inst = Instance(job_ids=("a", "b"), gpu_types=("v100", "k80"), throughput=np.array([[2.0, 1.0], [1.0, 0.5]]),
+                    scale_factor=np.ones(2), weight=np.ones(2), capacity=np.array([1.0, 1.0]),
+                    steps_remaining=np.array([1e4, 2e4]), elapsed_time=np.array([100.0, 50.0]),
+                    attained_service=np.zeros(2), arrival_time=np.array([0.0, 50.0]), time=100.0,
+                    last_run_time=np.full(2, np.nan))
+    try:
+        solve_instance(inst, policy, "auto", 10.0, **options)
+    except (OptschedError, TypeError, ValueError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        for key in options:
+            if key in msg:
+                raise OptschedError(f"{FLAG}: {key}={raw[key]!r}: {msg}") from None
