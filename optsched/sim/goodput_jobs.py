@@ -5,7 +5,8 @@ A job is elastic by its data: it names an application with a goodput profile
 has no fixed length — it runs its application's epochs. Semantics follow the
 peers' simulators (adaptdl/simulator/simulator.py, Sia's fork):
 
-- under a goodput policy (``pollux``, ``sia``) the job is co-adapted: the
+- under a goodput policy (``pollux``, ``sia``; ``optimus`` chooses GPU
+  counts the same way but keeps the workload's batch size) the job is co-adapted: the
   policy chooses its configuration (type, GPUs, nodes) every round from the
   job's *fitted* goodput model, and its batch size is re-chosen on every
   (re)allocation and epoch (ncf keeps its batch of 32,768, as the peer);
@@ -21,19 +22,92 @@ peers' simulators (adaptdl/simulator/simulator.py, Sia's fork):
   its 7 parameters are refit (JAX) once per round for every job with new
   observations; a job may grow to at most 2× the GPUs it has been observed on
   (Pollux's exploration rule).
+
+With Sia's per-GPU-type profiles (``applications_for`` on Sia's types) the jobs
+follow Sia's simulator (SOSP'23 artifact, ``sia-simulator/``) where it differs
+from Pollux's (``SiaApplication``):
+
+- calibration: every job's simulated progress rate is divided by a
+  per-application slowdown that Sia fitted to its real-cluster runs (cifar10
+  1.8, ncf 1.5, the others 1.2), whatever the policy;
+- restarts: a (re)start costs the simulator's checkpoint-restore seconds
+  (cifar10 50, deepspeech2 25, bert 120, yolov3 80, imagenet 250, ncf 15,
+  others 30), while the ``sia`` policy's restart penalty keeps the per-job
+  figures Sia's policy uses (``Application.restart_seconds`` of the profiles);
+- micro-batch limits: the largest micro-batch profiled for the job's placement
+  on that GPU type (T4 and RTX 2080Ti hold far smaller micro-batches than an
+  A100: bert 12 vs 48), else of the profiled multi-node shapes at least as
+  large, and a micro-batch no larger than any profiled at that GPU count; a
+  rigid job's fixed batch size is split with gradient accumulation accordingly.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from optsched.goodput.profiles import Application
 from optsched.model import ElasticInfo
 
-GOODPUT_POLICIES = ("pollux", "sia")  # co-adapt elastic jobs (configuration, batch size)
+GOODPUT_POLICIES = ("pollux", "sia", "optimus")  # choose elastic jobs' configurations from their goodput models
+# ... keeping each job's workload batch size (Optimus does not adapt it; optsched/sim/stages.py optimus_extras)
+FIXED_BATCH_POLICIES = ("optimus",)
 NCF_BATCH = 32768.0  # the Pollux simulator pins ncf's batch size
+# Sia's simulator (sia-simulator/simulator_config.py, SLOWDOWNS): goodput of every
+# job is multiplied by 1/slowdown, calibrating the simulator to the real cluster.
+SIA_SLOWDOWN = {"cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2, "deepspeech2": 1.2, "ncf": 1.5}
+# Sia's simulator (sia-simulator/applications.py, rescale_time): seconds without
+# progress after every (re)allocation; 30 for other applications.
+SIA_RESCALE_SECONDS = {"cifar10": 50.0, "deepspeech2": 25.0, "bert": 120.0, "yolov3": 80.0, "imagenet": 250.0,
+                       "ncf": 15.0}
+
+
+@dataclass(frozen=True)
+class SiaApplication(Application):
+    """An application as Sia's simulator runs it (see the module docstring):
+    ``restart_seconds`` is what a restart costs in the simulation,
+    ``penalty_seconds`` what the policy assumes; progress × ``calibration``;
+    micro-batch limits per placement on each GPU type."""
+
+    calibration: float = 1.0
+    penalty_seconds: float = 30.0
+    server_gpus: dict = field(default_factory=dict)  # GPU type -> GPUs per server (the placement shape)
+
+    @classmethod
+    def of(cls, app: Application, server_gpus: dict) -> "SiaApplication":
+        base = {f.name: getattr(app, f.name) for f in fields(Application)}
+        base["restart_seconds"] = SIA_RESCALE_SECONDS.get(app.name, 30.0)
+        return cls(**base, calibration=1.0 / SIA_SLOWDOWN.get(app.name, 1.0), penalty_seconds=app.restart_seconds,
+                   server_gpus=dict(server_gpus))
+
+    def placement(self, gpu: str, gpus: int, nodes: int) -> tuple[int, ...]:
+        return placement_of(gpus, nodes, int(self.server_gpus.get(gpu, gpus)))
+
+    def local_bsz_limits(self, gpu: str, placement: tuple[int, ...]) -> tuple[float, float]:
+        """(largest micro-batch for this placement, largest profiled at this GPU
+        count on any placement or inf): Sia's ``get_max_local_bsz`` and its
+        memory correction in ``update_local_bsz``."""
+        prof = self.profiles.get(gpu)
+        if prof is None:
+            return self.max_local_bsz, np.inf
+        placement = tuple(int(p) for p in placement if p)
+        key = "".join(map(str, min(placement[i:] + placement[:i] for i in range(len(placement)))))
+        names = np.asarray(prof.placement)
+        same = names == key
+        if same.any():
+            hi = float(prof.local_bsz[same].max())
+        else:
+            wider = (names == "") & (prof.nodes >= len(placement)) & (prof.replicas >= sum(placement))
+            hi = float(prof.local_bsz[wider].max()) if wider.any() else self.max_local_bsz
+        at_count = (names != "") & (prof.replicas == sum(placement))
+        return hi, float(prof.local_bsz[at_count].max()) if at_count.any() else np.inf
+
+
+def calibration(app) -> float:
+    """Multiplier of the simulated progress rate (1 outside Sia's profiles)."""
+    return getattr(app, "calibration", 1.0)
 
 
 @dataclass
@@ -72,14 +146,20 @@ def placement_of(gpus: int, nodes: int, per_server: int) -> tuple[int, ...]:
     return tuple(x for x in out if x)
 
 
-def fixed_batch_split(app, batch: float, replicas: int) -> tuple[int, int]:
-    """(micro-batch, accumulation) for a fixed global batch (the peers' rule)."""
+def fixed_batch_split(app, batch: float, replicas: int, gpu: str | None = None,
+                      placement: tuple[int, ...] | None = None) -> tuple[int, int]:
+    """(micro-batch, accumulation) for a fixed global batch (the peers' rule);
+    a SiaApplication's micro-batch limit is that of the placement on ``gpu``."""
+    hi, cap = app.max_local_bsz, np.inf
+    if isinstance(app, SiaApplication) and gpu is not None and placement:
+        hi, cap = app.local_bsz_limits(gpu, placement)
     local = math.ceil(batch / replicas - 1e-8)
-    accum = math.ceil(local / app.max_local_bsz - 1e-8) - 1
+    accum = math.ceil(local / hi - 1e-8) - 1
     if replicas == 1 and batch > app.init_batch_size:
         accum = max(1, accum)
     accum = max(accum, 0)
     atomic = math.ceil(local / (accum + 1) - 1e-8)
+    atomic = int(min(atomic, cap))
     atomic = min(atomic, int(app.max_batch_size / (replicas * (accum + 1))))
     return max(atomic, 1), accum
 
@@ -87,7 +167,8 @@ def fixed_batch_split(app, batch: float, replicas: int) -> tuple[int, int]:
 def throughput_row(app, batch_size: float, replicas: int, gpu_types, capacity, server_gpus, co_adapt: bool) -> np.ndarray:
     """The job's throughput row for the policy: co-adapted, one GPU at the
     smallest micro-batch (Sia profiles every type on arrival); rigid, iterations/s
-    at its replicas and batch size (0 where the type has too few GPUs)."""
+    at its replicas and batch size (0 where the type has too few GPUs), at the
+    rate the simulation runs it (× the application's calibration)."""
     T = np.zeros(len(gpu_types))
     for j, gpu in enumerate(gpu_types):
         if co_adapt:
@@ -98,9 +179,10 @@ def throughput_row(app, batch_size: float, replicas: int, gpu_types, capacity, s
             continue
         per = int(server_gpus[j])
         nodes = -(-replicas // per)
-        b, s = fixed_batch_split(app, batch_size, replicas)
-        step, sync = app.step_sync(gpu, placement_of(replicas, nodes, per), b)
-        T[j] = 1.0 / (step + s * (step - sync))
+        placement = placement_of(replicas, nodes, per)
+        b, s = fixed_batch_split(app, batch_size, replicas, gpu, placement)
+        step, sync = app.step_sync(gpu, placement, b)
+        T[j] = calibration(app) / (step + s * (step - sync))
     return T
 
 
@@ -108,18 +190,24 @@ def choose_batch(job: GoodputJob, app, gpu: str, gpus: int, nodes: int) -> None:
     """Batch size and accumulation for a (re)allocation or a new epoch."""
     from optsched.goodput.model import GoodputModel
 
+    placement = app.placement(gpu, gpus, nodes) if isinstance(app, SiaApplication) else None
     if job.target_batch is not None:
-        job.atomic_bsz, job.accum_steps = fixed_batch_split(app, min(job.target_batch, app.max_batch_size), gpus)
+        job.atomic_bsz, job.accum_steps = fixed_batch_split(app, min(job.target_batch, app.max_batch_size), gpus,
+                                                            gpu, placement)
         return
     params = job.params.get(gpu)
     if params is not None and job.grad is not None:
+        hi, cap = app.local_bsz_limits(gpu, placement) if placement else (app.max_local_bsz, np.inf)
         model = GoodputModel.single(params, job.grad[0], job.grad[1], app.init_batch_size, app.max_batch_size,
-                                    (app.min_local_bsz, app.max_local_bsz))
+                                    (app.min_local_bsz, hi))
         gp, b, s = model.optimize(np.array([[nodes]]), np.array([[gpus]]))
         if gp[0, 0] > 0:
-            job.atomic_bsz, job.accum_steps = int(b[0, 0]), int(s[0, 0])
+            atomic, accum = int(b[0, 0]), int(s[0, 0])
+            atomic = int(min(atomic, cap, app.max_batch_size // (gpus * (accum + 1))))
+            job.atomic_bsz, job.accum_steps = max(atomic, 1), accum
             return
-    job.atomic_bsz, job.accum_steps = fixed_batch_split(app, max(app.init_batch_size, app.min_local_bsz * gpus), gpus)
+    job.atomic_bsz, job.accum_steps = fixed_batch_split(app, max(app.init_batch_size, app.min_local_bsz * gpus), gpus,
+                                                        gpu, placement)
 
 
 def advance(job: GoodputJob, app, gpu: str, gpus: int, nodes: int, per_server: int, seconds: float) -> tuple[float, bool]:
@@ -141,7 +229,7 @@ def advance(job: GoodputJob, app, gpu: str, gpus: int, nodes: int, per_server: i
         if key not in prof:
             prof[key] = (step, sync)
             job.dirty.add(gpu)
-        rate = gain / t_iter
+        rate = gain / t_iter * calibration(app)
         target = app.progress_target(job.epoch + 1)
         left = seconds - used
         if job.progress + rate * left < target:
@@ -180,7 +268,10 @@ def elastic_info(gjobs, apps, is_elastic: np.ndarray, configs, restarts: np.ndar
     cur_n = np.zeros((n, k), dtype=int)
     grad = np.ones((n, 2))
     ibs, mbs, lo, hi, cap = (np.ones(n) for _ in range(5))
+    penalty = np.array(restart_seconds, dtype=float)
     for m, (job, app) in enumerate(zip(gjobs, apps)):
+        if isinstance(app, SiaApplication) and penalty[m] == app.restart_seconds:
+            penalty[m] = app.penalty_seconds  # the policy's figure, not the simulated checkpoint-restore
         if configs[m] is not None:
             t, g, nodes = configs[m]
             cur_g[m, t], cur_n[m, t] = g, nodes
@@ -196,7 +287,7 @@ def elastic_info(gjobs, apps, is_elastic: np.ndarray, configs, restarts: np.ndar
         is_elastic=np.asarray(is_elastic, dtype=bool), params=params, grad_sqr=grad[:, 0], grad_var=grad[:, 1],
         init_batch_size=ibs, max_batch_size=mbs, min_local_bsz=lo, max_local_bsz=hi,
         min_gpus=np.ones(n), max_gpus=cap, num_restarts=np.asarray(restarts, float),
-        restart_seconds=np.asarray(restart_seconds, float), current_gpus=cur_g, current_nodes=cur_n,
+        restart_seconds=penalty, current_gpus=cur_g, current_nodes=cur_n,
         server_gpus=np.asarray(server_gpus, dtype=int),
     )
 
@@ -219,19 +310,24 @@ def applications_for(cluster, names, root=None) -> dict:
     if set(types) <= set(SIA_GPU_TYPES):
         folder, suffixes = base / "sia" / "traces", {t: t for t in types}
         skip = {"gpt_pmp"}  # pipeline-parallel: not modelled
+        sia = True
     elif len(types) == 1:
-        folder, suffixes, skip = base / "pollux" / "profiles", {None: types[0]}, set()
+        folder, suffixes, skip, sia = base / "pollux" / "profiles", {None: types[0]}, set(), False
     else:
         raise OptschedError(f"--cluster: elastic jobs run on one GPU type or on Sia's types "
                             f"({', '.join(SIA_GPU_TYPES)}); got {', '.join(types)}")
     if not folder.is_dir():
         raise OptschedError(f"profiles: application profiles not found at {folder} (set OPTSCHED_PEER_DATA)")
     out = {}
+    if sia:
+        from optsched.sim.jobs import server_gpus
+
+        per_server = dict(zip(types, server_gpus(cluster, types).tolist()))
     for name in sorted(set(names)):
         if name in skip or not (folder / name).is_dir():
             continue
         key = (str(folder), types, name)
         if key not in _APPS:
             _APPS[key] = load_application(folder / name, suffixes)
-        out[name] = _APPS[key]
+        out[name] = SiaApplication.of(_APPS[key], per_server) if sia else _APPS[key]
     return out
