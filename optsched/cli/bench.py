@@ -32,8 +32,9 @@ def bench(
 
     from optsched.bench.runner import CASES_FULL, CASES_QUICK, Context, compare, fmt, machine, run_cases, write_csv
 
-    if repeat < 1:
-        raise OptschedError(f"--repeat: must be >= 1 ({repeat})")
+    from optsched.cli.limits import check_bench
+
+    check_bench(repeat, seed)
     if compare_to is not None and not compare_to.is_file():
         raise OptschedError(f"--compare: no such file: {compare_to}")
     cases = CASES_QUICK if quick else CASES_FULL

@@ -55,7 +55,8 @@ def number(option: str, value, lo: float | None = None, hi: float | None = None,
     if isinstance(value, float) and not math.isfinite(value):
         raise OptschedError(f"{option}: must be a finite number, got {value}")
     if lo is not None and (value <= lo if lo_open else value < lo):
-        raise OptschedError(f"{option}: must be {'>' if lo_open else '>='} {_g(lo)}{u}, got {_g(value)}")
+        bound = "positive" if lo_open and lo == 0 else f"{'>' if lo_open else '>='} {_g(lo)}{u}"
+        raise OptschedError(f"{option}: must be {bound}, got {_g(value)}")
     if hi is not None and (value >= hi if hi_open else value > hi):
         raise OptschedError(f"{option}: must be {'<' if hi_open else '<='} {_g(hi)}{u}, got {_g(value)}")
     return value
@@ -72,28 +73,35 @@ def check_seed(value: int | None, option: str = "--seed") -> None:
 # --------------------------------------------------------------------------
 
 
-def check_sim_options(cfg: dict, elastic: bool = False) -> None:
+SIM_FLAGS = {"round_length": "--round-length", "restart_overhead": "--restart-overhead",
+             "min_recompute_interval": "--min-recompute-interval", "recompute_every": "--recompute-every",
+             "load_factor": "--load-factor", "migration_cost": "--migration-cost", "hysteresis": "--hysteresis"}
+
+
+def check_sim_options(cfg: dict, elastic: bool = False, flag=SIM_FLAGS.get) -> None:
     """The static limits of a simulation's options (cfg: the keywords of SimConfig
-    as the CLI builds them; sweep's ``--set`` uses the same names)."""
+    as the CLI builds them; sweep's ``--set`` uses the same names, and ``flag``
+    names them in messages)."""
     rl = cfg.get("round_length")
     if rl is not None:
-        number("--round-length", rl, MIN_ROUND_LENGTH, MAX_ROUND_LENGTH, unit="s")
+        number(flag("round_length"), rl, MIN_ROUND_LENGTH, MAX_ROUND_LENGTH, unit="s")
     if elastic and rl is not None and rl < MIN_ELASTIC_ROUND_LENGTH:
-        raise OptschedError(f"--round-length: must be >= {MIN_ELASTIC_ROUND_LENGTH:g} s for elastic jobs "
+        raise OptschedError(f"{flag('round_length')}: must be >= {MIN_ELASTIC_ROUND_LENGTH:g} s for elastic jobs "
                             f"(every round refits their goodput models), got {rl:g}")
     round_length = rl if rl is not None else (60.0 if elastic else 360.0)
     ro = cfg.get("restart_overhead")
-    if isinstance(ro, (int, float)) and not isinstance(ro, bool):
-        number("--restart-overhead", ro, 0.0, unit="s")
-        if ro >= round_length:
-            raise OptschedError(f"--restart-overhead: must be shorter than a round ({round_length:g} s), got {ro:g} "
-                                "(a job restarted every round would never progress)")
-    number("--min-recompute-interval", cfg.get("min_recompute_interval"), 0.0, MAX_SECONDS, unit="s")
-    number("--recompute-every", cfg.get("recompute_every"), 1, MAX_ROUNDS, unit="rounds")
-    number("--load-factor", cfg.get("load_factor"), 0.0, MAX_LOAD_FACTOR, lo_open=True)
+    if not isinstance(ro, str):
+        number(flag("restart_overhead"), ro, 0.0, unit="s")
+        if ro is not None and ro >= round_length:
+            raise OptschedError(f"{flag('restart_overhead')}: must be shorter than a round ({round_length:g} s), got "
+                                f"{ro:g} (a job restarted every round would never progress)")
+    number(flag("min_recompute_interval"), cfg.get("min_recompute_interval"), 0.0, MAX_SECONDS, unit="s")
+    number(flag("recompute_every"), cfg.get("recompute_every"), 1, MAX_ROUNDS, unit="rounds")
+    number(flag("load_factor"), cfg.get("load_factor"), 0.0, MAX_LOAD_FACTOR, lo_open=True)
     ao = cfg.get("allocator_options") or {}
-    number("--migration-cost", ao.get("migration_cost"), 0.0, MAX_MIGRATION_COST, unit="s")
-    number("--hysteresis", ao.get("hysteresis"), 0.0, MAX_HYSTERESIS, unit="rounds")
+    if isinstance(ao, dict):
+        number(flag("migration_cost"), ao.get("migration_cost"), 0.0, MAX_MIGRATION_COST, unit="s")
+        number(flag("hysteresis"), ao.get("hysteresis"), 0.0, MAX_HYSTERESIS, unit="rounds")
 
 
 def rounds_lower_bound(trace, cluster, table, seed: int, round_length: float) -> tuple[float, str]:
@@ -130,7 +138,7 @@ def rounds_lower_bound(trace, cluster, table, seed: int, round_length: float) ->
     return by_work, f"the trace's work fills every GPU for {work:,.0f} s"
 
 
-def check_rounds(trace, cluster, table, cfg: dict) -> None:
+def check_rounds(trace, cluster, table, cfg: dict, flag=SIM_FLAGS.get) -> None:
     """Refuse, before the first round, a run that needs more than MAX_ROUNDS rounds."""
     from optsched.sim.jobs import elastic_rows
 
@@ -138,7 +146,7 @@ def check_rounds(trace, cluster, table, cfg: dict) -> None:
     round_length = cfg.get("round_length") or (60.0 if elastic else 360.0)
     rounds, why = rounds_lower_bound(trace, cluster, table, int(cfg.get("seed") or 0), round_length)
     if rounds > MAX_ROUNDS:
-        raise OptschedError(f"--round-length: rounds of {round_length:g} s need at least {rounds:,.3g} rounds "
+        raise OptschedError(f"{flag('round_length')}: rounds of {round_length:g} s need at least {rounds:,.3g} rounds "
                             f"({why}); a run is limited to {MAX_ROUNDS:,} rounds (use longer rounds)")
 
 
@@ -157,5 +165,93 @@ def check_generate(jobs: int, rate: float, seed: int) -> None:
                             f"beyond the trace limit of {MAX_SECONDS:g} s (use a higher rate or fewer jobs)")
 
 
-__all__ = ["MAX_GENERATED_JOBS", "MAX_ROUNDS", "check_generate", "check_rounds", "check_seed",
-           "check_sim_options", "number", "rounds_lower_bound"]
+# --------------------------------------------------------------------------
+# sweep
+# --------------------------------------------------------------------------
+
+
+def _floats(value) -> list:
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for v in items:
+        try:
+            out.append(float(v))
+        except (TypeError, ValueError):
+            pass  # the spec names a value that is not a number
+    return out
+
+
+def check_sweep(d: dict) -> None:
+    """A sweep's numbers (flags and file alike), before the first trace is built."""
+    for load in _floats(d.get("loads") or []):
+        number("--loads", load, 0.0, MAX_RATE, lo_open=True)
+    for seed in _floats(d.get("seeds") or []):
+        if seed == int(seed):
+            check_seed(int(seed), "--seeds")
+    jobs = (d.get("trace_options") or {}).get("jobs") if isinstance(d.get("trace_options"), dict) else None
+    if isinstance(jobs, (int, float)) and not isinstance(jobs, bool):
+        number("--jobs", jobs, 1, MAX_GENERATED_JOBS, unit="jobs")
+    workers = d.get("workers")
+    if isinstance(workers, (int, float)) and not isinstance(workers, bool):
+        number("--workers", workers, 1, MAX_THREADS)
+    auto = d.get("auto") if isinstance(d.get("auto"), dict) else {}
+    number("--auto-every", _num_or_none(auto.get("every")), 1, MAX_ROUNDS, unit="rounds")
+    number("--auto-horizon", _num_or_none(auto.get("horizon")), 0.0, MAX_SECONDS, unit="s")
+    options = d.get("options")
+    if isinstance(options, dict):
+        check_sim_options({k: _num_or_none(v) if k != "allocator_options" else v for k, v in options.items()},
+                          flag=lambda k: f"--set {k}")
+
+
+def _num_or_none(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def check_sweep_rounds(spec) -> None:
+    """The rounds bound on the sweep's first trace, for every cluster shape (job lengths do not depend on the load)."""
+    from optsched.sim import DEFAULT_CLUSTER, DEFAULT_ELASTIC_SERVERS
+    from optsched.sim.jobs import elastic_rows, parse_cluster
+    from optsched.sweep.traces import build_cluster, build_trace, throughput_table
+
+    trace = build_trace(spec.trace, spec.trace_options, spec.loads[0], spec.seeds[0])
+    table = throughput_table(spec.trace_options, spec.options)
+    for c in spec.clusters:
+        cluster = build_cluster(c) or (parse_cluster(None, DEFAULT_ELASTIC_SERVERS) if elastic_rows(trace).all()
+                                       else parse_cluster(DEFAULT_CLUSTER))
+        check_rounds(trace, cluster, table, {**spec.options, "seed": spec.seeds[0]}, flag=lambda k: f"--set {k}")
+
+
+# --------------------------------------------------------------------------
+# serve, run, bench
+# --------------------------------------------------------------------------
+
+
+def check_serve(port: int, max_body_bytes: int, max_jobs: int, max_gpus: int, max_time_limit: float,
+                sessions_cached: int, threads: int) -> None:
+    from optsched.model import MAX_GPUS, MAX_JOBS
+
+    number("--port", port, 0, 65535)
+    number("--max-body-bytes", max_body_bytes, 1, MAX_BODY_BYTES, unit="bytes")
+    number("--max-jobs", max_jobs, 1, MAX_JOBS, unit="jobs")
+    number("--max-gpus", max_gpus, 1, MAX_GPUS, unit="GPUs")
+    number("--max-time-limit", max_time_limit, 0.0, MAX_RUN_SECONDS, unit="s", lo_open=True)
+    number("--sessions-cached", sessions_cached, 1, MAX_SESSIONS_CACHED)
+    number("--threads", threads, 1, MAX_THREADS)
+
+
+def check_run_options(round_length: float, grace: float, step_scale: float, max_time: float | None, seed: int) -> None:
+    number("--round-length", round_length, MIN_RUN_ROUND_LENGTH, MAX_RUN_SECONDS, unit="s")
+    number("--grace", grace, 0.0, MAX_RUN_SECONDS, unit="s")
+    number("--step-scale", step_scale, 0.0, MAX_STEP_SCALE, lo_open=True)
+    number("--max-time", max_time, 0.0, MAX_RUN_SECONDS, unit="s", lo_open=True)
+    check_seed(seed)
+
+
+def check_bench(repeat: int, seed: int) -> None:
+    number("--repeat", repeat, 1, MAX_REPEAT, unit="runs")
+    check_seed(seed)
+
+
+__all__ = ["MAX_GENERATED_JOBS", "MAX_ROUNDS", "check_bench", "check_generate", "check_rounds", "check_run_options",
+           "check_seed", "check_serve", "check_sim_options", "check_sweep", "check_sweep_rounds", "number",
+           "rounds_lower_bound"]

@@ -56,6 +56,9 @@ def run_command(
         trace = example_trace_path(tempfile.mkdtemp(prefix="optsched-example-"))
     if not Path(trace).exists():
         raise FileNotFoundError(2, "No such file", trace)
+    from optsched.cli.limits import check_run_options
+
+    check_run_options(round_length, grace, step_scale, max_time, seed)
     speeds = {}
     for part in (slot_speed or "").split(","):
         if part.strip():

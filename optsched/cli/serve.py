@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from optsched.cli.common import app, err_console
+from optsched.cli.common import app, err_console, user_errors
 
 DEFAULT_PORT = 8470
 
@@ -37,6 +37,7 @@ def is_loopback(host: str) -> bool:
 
 
 @app.command()
+@user_errors
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Bind address (a non-loopback address needs --token)."),
     port: int = typer.Option(DEFAULT_PORT, "--port", help="TCP port."),
@@ -55,7 +56,10 @@ def serve(
     threads: int = typer.Option(16, "--threads", help="Worker threads for solves and database commits."),
 ):
     """Serve stateless solves and durable scheduling sessions over HTTP."""
+    from optsched.cli.limits import check_serve
     from optsched.service.models import Limits
+
+    check_serve(port, max_body_bytes, max_jobs, max_gpus, max_time_limit, sessions_cached, threads)
 
     if not is_loopback(host) and not token:
         err_console.print(f"[bold red]error:[/] --token: required when binding to a non-loopback address ({host}); "
@@ -67,12 +71,6 @@ def serve(
     if sync.lower() not in ("full", "normal"):
         err_console.print(f"[bold red]error:[/] --sync: choose full or normal (got {sync!r})")
         raise typer.Exit(2)
-    for name, value in (("--max-body-bytes", max_body_bytes), ("--max-jobs", max_jobs), ("--max-gpus", max_gpus),
-                        ("--sessions-cached", sessions_cached), ("--max-time-limit", max_time_limit),
-                        ("--threads", threads)):
-        if not value > 0:
-            err_console.print(f"[bold red]error:[/] {name}: must be positive (got {value})")
-            raise typer.Exit(2)
     try:
         import uvicorn
 

@@ -81,7 +81,11 @@ def sweep(
         raise OptschedError("sweep: give a TRACE (a file, or gavel | bursty) or --file")
     if not d.get("policies"):
         raise OptschedError("--policies: give at least one policy")
+    from optsched.cli.limits import check_sweep, check_sweep_rounds
+
+    check_sweep(d)
     spec = spec_from_dict(d)
+    check_sweep_rounds(spec)
     show = not quiet and err_console.is_terminal
 
     if show:
