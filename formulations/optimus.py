@@ -16,6 +16,17 @@ work, R = 1, documented). Optimus's greedy:
    same type has the largest marginal gain (t_m(c) − t_m(c'))/(g' − g) > 0
    grows to it, while it fits.
 
+Fixed batch size (``inst.extras["fixed_batch_size"]``, per job, nan for
+others; the simulator sets it for elastic jobs, as the Pollux simulator's
+Optimus keeps each workload job's batch size): Optimus does not adapt the
+batch size, so for those jobs the speed model is its own — iterations/s at
+that batch size split over g GPUs (micro-batch and accumulation by the peers'
+rule: local = ⌈B/g⌉, accumulation ⌈local/max_local⌉ − 1, at least 1 on one GPU
+when B > M0), the step time the job's fitted throughput parameters predict
+(no observations yet: linear speed-up from its one-GPU rate) — and R is
+``inst.extras["remaining_iterations"]`` (its convergence model: iterations
+left at that batch size). GPU counts above B / min micro-batch are not used.
+
 Output: GPU counts per job (``Allocation.gpu_counts``, as pollux/sia), so it
 runs elastic jobs (Pollux workloads) as well as rigid ones; Optimus is
 preemptive (re-decided every recomputation).
@@ -28,16 +39,75 @@ import time
 
 import numpy as np
 
+from dataclasses import replace
+
 from optsched.formulations.configurations import Assignment, allocation_from_choice, check_feasible, goodput_matrix
-from optsched.model import Allocation, Instance
+from optsched.goodput.model import iteration_time
+from optsched.model import Allocation, Instance, OptschedError
+
+
+def fixed_batch_split(batch: np.ndarray, gpus: np.ndarray, init_bsz: np.ndarray, max_bsz: np.ndarray,
+                      max_local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(micro-batch, accumulation steps) of a fixed global batch on ``gpus``
+    replicas, elementwise (the peers' rule; see the module docstring)."""
+    batch = np.minimum(batch, max_bsz)
+    local = np.ceil(batch / gpus - 1e-8)
+    accum = np.ceil(local / max_local - 1e-8) - 1
+    accum = np.where((gpus == 1) & (batch > init_bsz), np.maximum(accum, 1), accum)
+    accum = np.maximum(accum, 0)
+    atomic = np.ceil(local / (accum + 1) - 1e-8)
+    atomic = np.minimum(atomic, np.floor(max_bsz / (gpus * (accum + 1))))
+    return np.maximum(atomic, 1), accum
+
+
+def fixed_batch_speed(inst: Instance, gm, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(speed, micro-batch, accumulation), each (n, C): iterations/s at each
+    job's fixed batch size per configuration (rows with nan batch: 0)."""
+    el, cfg = inst.elastic, gm.configs
+    rows = np.flatnonzero(np.isfinite(batch))
+    n, C = inst.n, len(cfg.gpus)
+    out = np.zeros((n, C))
+    bs, ac = np.zeros((n, C), dtype=int), np.zeros((n, C), dtype=int)
+    if el is None or not len(rows):
+        return out, bs, ac
+    g = cfg.gpus[None, :].astype(float)
+    b = batch[rows, None]
+    atomic, accum = fixed_batch_split(b, g, el.init_batch_size[rows, None], el.max_batch_size[rows, None],
+                                      el.max_local_bsz[rows, None])
+    P = gm.params[rows][:, cfg.gpu_type, :]  # (r, C, 7) after bootstrapping; nan: never observed
+    known = np.isfinite(P).all(axis=2)
+    t_fit = iteration_time(np.nan_to_num(P, nan=1.0), cfg.nodes[None, :], g, atomic, accum)
+    # no observations: linear speed-up from the one-GPU rate (samples/s at the smallest micro-batch)
+    per_gpu = inst.throughput[rows][:, cfg.gpu_type] / np.maximum(inst.scale_factor[rows, None], 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_prior = np.where(per_gpu > 0, b / (per_gpu * g), np.inf)
+        speed = np.where(known, 1.0 / t_fit, 1.0 / t_prior)
+    within = (g <= np.maximum(np.floor(b / np.maximum(el.min_local_bsz[rows, None], 1.0)), 1.0)) & (
+        g <= el.max_gpus[rows, None])
+    out[rows] = np.where(within & np.isfinite(speed) & (speed > 0), speed, 0.0)
+    bs[rows], ac[rows] = atomic.astype(int), accum.astype(int)
+    return out, bs, ac
 
 
 def allocate(inst: Instance, policy: str = "optimus", solver: str = "auto", time_limit: float = 60.0, **_) -> Allocation:
     t0 = time.perf_counter()
     gm = goodput_matrix(inst)
+    R = np.where(np.isnan(inst.steps_remaining), 1.0, np.maximum(inst.steps_remaining, 1e-9))
+    batch = np.asarray(inst.extras.get("fixed_batch_size", np.full(inst.n, np.nan)), dtype=float)
+    if batch.shape != (inst.n,):
+        raise OptschedError(f"extras.fixed_batch_size: needs one value per job ({inst.n}), got shape {batch.shape}")
+    fixed = np.isfinite(batch)
+    if fixed.any():
+        left = np.asarray(inst.extras.get("remaining_iterations", np.full(inst.n, np.nan)), dtype=float)
+        if left.shape != (inst.n,) or not np.all(np.isfinite(left[fixed])):
+            raise OptschedError("extras.remaining_iterations: needs a finite value for every job with a fixed batch size")
+        speed, atomic, accum = fixed_batch_speed(inst, gm, batch)
+        f = fixed[:, None]
+        gm = replace(gm, goodput=np.where(f, speed, gm.goodput), atomic_bsz=np.where(f, atomic, gm.atomic_bsz),
+                     accum_steps=np.where(f, accum, gm.accum_steps))
+        R = np.where(fixed, np.maximum(left, 1e-9), R)
     check_feasible(inst, gm.goodput)
     cfg, G = gm.configs, gm.goodput
-    R = np.where(np.isnan(inst.steps_remaining), 1.0, np.maximum(inst.steps_remaining, 1e-9))
     with np.errstate(divide="ignore"):
         t = np.where(G > 0, R[:, None] / np.where(G > 0, G, 1.0), np.inf)  # (n, C)
     n = inst.n

@@ -22,7 +22,7 @@ from optsched.model import Cluster, OptschedError
 SCHEMA_VERSION = 1
 DEFAULT_CLUSTER = "v100=36,p100=36,k80=36"  # rigid traces (Gavel's)
 DEFAULT_ELASTIC_SERVERS = "16x4"  # Pollux/Sia workloads: Pollux's cluster
-CONFIGURATION_POLICIES = ("pollux", "sia", "hadar")  # choose GPU counts (and nodes) themselves
+CONFIGURATION_POLICIES = ("pollux", "sia", "hadar", "optimus")  # choose GPU counts (and nodes) themselves
 NEEDS_LENGTH = ("srtf", "makespan", "makespan_agnostic", "finish_time_fairness", "finish_time_fairness_agnostic",
                 "min_cost_slo")
 

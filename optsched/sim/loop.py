@@ -158,7 +158,7 @@ def simulate_jobs(
 ):
     """Run the loop on resolved jobs; returns (state, rounds list, info dict)."""
     from optsched.allocator import Allocator
-    from optsched.sim.goodput_jobs import GOODPUT_POLICIES
+    from optsched.sim.goodput_jobs import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
     from optsched.sim.jobs import server_gpus
 
     config.validate()
@@ -173,7 +173,8 @@ def simulate_jobs(
     total_gpus = capacity.sum()
     n = jobs.n
     goodput_policy = config.policy in GOODPUT_POLICIES
-    st = SimState.empty(jobs, goodput_policy)
+    fixed_batch = config.policy in FIXED_BATCH_POLICIES  # chooses GPU counts, keeps each job's batch size
+    st = SimState.empty(jobs, goodput_policy and not fixed_batch)
     index_of = {jid: m for m, jid in enumerate(jobs.job_ids)}
     equal_thr = jobs.throughput @ capacity / total_gpus  # X^equal throughput (Gavel's proportional share)
     equal_thr_floor = np.maximum(equal_thr, 1e-300)  # divisor of the isolated-time credit
@@ -229,7 +230,7 @@ def simulate_jobs(
         # --- policy ---
         recompute = should_recompute(ls, config.min_recompute_interval, every)
         solve_s = 0.0
-        inst = instance(ls.view, jobs, st, capacity, ls.now, overhead, server, goodput_policy)
+        inst = instance(ls.view, jobs, st, capacity, ls.now, overhead, server, goodput_policy, fixed_batch=fixed_batch)
         if recompute:
             t0 = _time.perf_counter()
             ls.allocation = compute_allocation(

@@ -209,9 +209,14 @@ def observe(st: SimState, active: list[int]) -> None:
 
 
 def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarray, now: float,
-             restart_seconds: np.ndarray, server: np.ndarray, goodput_policy: bool) -> Instance:
+             restart_seconds: np.ndarray, server: np.ndarray, goodput_policy: bool, *,
+             fixed_batch: bool = False) -> Instance:
+    """The round's Instance of the active jobs. ``goodput_policy``: elastic
+    jobs carry their goodput models (ElasticInfo); ``fixed_batch`` (optimus):
+    also their fixed batch sizes and remaining iterations (``optimus_extras``)."""
     act = view.index
     elastic = None
+    extras: dict = {}
     if goodput_policy and jobs.any_elastic:
         from optsched.sim.goodput_jobs import elastic_info
 
@@ -220,6 +225,8 @@ def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarra
                                [tuple(c) if c[0] >= 0 else None for c in st.config[act].tolist()],
                                np.maximum(st.restarts[act], 0), restart_seconds[act],
                                jobs.gpu_types, server)
+        if fixed_batch:
+            elastic, extras = optimus_extras(elastic, act, jobs, st)
     return Instance(
         job_ids=view.job_ids,
         gpu_types=jobs.gpu_types,
@@ -238,8 +245,53 @@ def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarra
         pairs=view.pairs,
         pair_throughput=view.pair_throughput,
         elastic=elastic,
-        extras={"current_type": st.config[act, 0]},  # the column each job runs on (-1: waiting); sticky fifo
+        extras={"current_type": st.config[act, 0], **extras},  # the column each job runs on (-1: waiting); sticky fifo
     )
+
+
+_GAINS: dict = {}  # (application, batch size) -> (epoch progress targets, statistical gain per epoch)
+
+
+def remaining_iterations(job, app, batch: float) -> float:
+    """Iterations an elastic job still needs at a fixed batch size: the
+    progress left in each remaining epoch divided by the statistical gain per
+    iteration at that batch size in that epoch (the application's gradient
+    statistics) — the convergence model the Pollux simulator gives Optimus."""
+    from optsched.goodput.model import statistical_gain
+
+    key = (id(app), float(batch))
+    if key not in _GAINS:
+        E = app.max_epochs
+        targets = np.array([app.progress_target(k) for k in range(E + 1)])
+        stats = np.array([app.grad_stats(batch, k) for k in range(E)])
+        _GAINS[key] = (targets, statistical_gain(stats[:, 0], stats[:, 1], app.init_batch_size, batch))
+    targets, gain = _GAINS[key]
+    e = min(int(job.epoch), app.max_epochs)
+    need = targets[e + 1:] - np.maximum(targets[e:-1], job.progress)
+    return float(np.sum(np.maximum(need, 0.0) / np.maximum(gain[e:], 1e-12)))
+
+
+def optimus_extras(elastic, act: np.ndarray, jobs: JobArrays, st: SimState):
+    """Optimus's inputs for elastic jobs (formulations/optimus.py): the fixed
+    batch size, the iterations left at it, and the GPU limit of a fixed batch
+    (batch / smallest micro-batch, at most 64; ncf one GPU, as the Pollux
+    simulator) in place of Pollux's exploration limit."""
+    from dataclasses import replace
+
+    n = len(act)
+    batch = np.full(n, np.nan)
+    left = np.full(n, np.nan)
+    cap = elastic.max_gpus.copy()
+    for i, m in enumerate(act.tolist()):
+        job = st.goodput.get(m)
+        if job is None or job.target_batch is None:
+            continue
+        app = jobs.apps[m]
+        b = min(job.target_batch, app.max_batch_size)
+        batch[i] = b
+        left[i] = remaining_iterations(job, app, b)
+        cap[i] = 1.0 if app.name == "ncf" else float(min(max(b // app.min_local_bsz, 1), 64))
+    return replace(elastic, max_gpus=cap), {"fixed_batch_size": batch, "remaining_iterations": left}
 
 
 def should_recompute(ls: LoopState, min_interval: float, every: int | None) -> bool:
