@@ -332,7 +332,12 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     ``rel_gap`` of the LP bound; else full branch-and-cut with that gap, warm
     started from the best answer so far and ``start`` (a previous choice, (n,),
     -1 = none, used when it fits). Fallback on a time limit: LP + greedy
-    rounding, or the best incumbent."""
+    rounding, or the best incumbent.
+
+    ``time_limit`` is wall-clock seconds for each HiGHS call (HiGHS's own
+    ``time_limit`` option counts elapsed time, not CPU time): on a loaded
+    machine a round can reach it after a few CPU seconds and fall back (the
+    status then says so). Raise it there rather than read a fallback as slow."""
     import scipy.sparse as sp
 
     n, k = U.shape[0], len(capacity)
