@@ -43,6 +43,9 @@ from optsched.formulations.seed_common import (
 )
 from optsched.model import Allocation, Instance, OptschedError
 
+# Binds pairs itself from the instance's candidate pairs: the simulator's --packing
+# offers them (optsched.sim.supports_packing).
+SPACE_SHARING = True
 CLASSES = ("small", "medium", "jumbo")
 COMPATIBLE = {("small", "small"), ("small", "medium"), ("medium", "small")}
 

@@ -103,3 +103,40 @@ def test_seed_policies_respect_capacity_on_random_instances(policy):
         assert np.all(used <= inst.capacity + 1e-9)
         assert np.all(a.fractions[~inst.available] == 0)
         assert np.all(a.fractions.sum(axis=1) <= 1 + 1e-9)
+
+
+# --- Lucid's pair binding in the simulator (--packing) -------------------------------------
+
+
+def test_lucid_binds_pairs_in_the_simulator_when_loaded():
+    from conftest import peer_data_dir
+
+    from optsched.sim import simulate, supports_packing
+    from optsched.traces.generate import generate_gavel
+    from optsched.traces.throughputs import gavel_throughputs
+
+    peer = peer_data_dir()
+    if not peer.is_dir():
+        pytest.skip(f"peer data not found at {peer} (set OPTSCHED_PEER_DATA)")
+    assert supports_packing("lucid") and supports_packing("lucid_ageing")
+    table = gavel_throughputs(peer)
+    trace = generate_gavel(table, 16, 120.0, seed=5)  # arrivals far faster than 3 GPUs serve: loaded
+    rounds = []
+
+    def spy(info):
+        rounds.append(info)
+
+    opts = {"profile_minutes": 0.0}
+    plain = simulate(trace, "v100=1,p100=1,k80=1", policy="lucid", throughputs=table, policy_options=opts)
+    packed = simulate(trace, "v100=1,p100=1,k80=1", policy="lucid", throughputs=table, packing=True,
+                      policy_options=opts, on_round=spy)
+    assert plain.rounds["packed_jobs"].sum() == 0
+    assert packed.rounds["packed_jobs"].sum() > 0  # bound pairs ran
+    assert packed.summary["jobs_completed"] == plain.summary["jobs_completed"] == 16
+    util = packed.rounds[[c for c in packed.rounds if c.startswith("util_")]].to_numpy()
+    assert (util <= 1 + 1e-9).all()
+    assert (packed.rounds["running_jobs"] <= 2 * 3).all()  # at most two jobs share a GPU
+    assert packed.summary["progress_violation_steps"] <= 1e-6  # packed rates never beat the table
+    again = simulate(trace, "v100=1,p100=1,k80=1", policy="lucid", throughputs=table, packing=True,
+                     policy_options=opts)
+    assert again.jobs["completion_time"].equals(packed.jobs["completion_time"])

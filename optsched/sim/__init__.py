@@ -71,6 +71,8 @@ def supports_packing(policy: str) -> bool:
     if policy == "gandiva":
         return True
     mod, _ = _module(policy)
+    if getattr(mod, "SPACE_SHARING", False):  # a procedure that binds pairs itself (lucid)
+        return True
     build = getattr(mod, "build", None)
     if build is None or "packing" not in inspect.signature(build).parameters:
         return False
@@ -123,7 +125,7 @@ def check_run(trace, policy: str, solver: str = "auto", packing: bool = False, t
                                 "(use --throughputs with Gavel's simulation_throughputs.json)")
         if not supports_packing(policy):
             raise OptschedError(f"--packing: policy {policy} has no space sharing (use max_min_fairness, "
-                                "finish_time_fairness, makespan, max_throughput or gandiva)")
+                                "finish_time_fairness, makespan, max_throughput, gandiva or lucid)")
     if policy in CONFIGURATION_POLICIES:
         opts = allocator_options or {}
         for key, flag in (("queue", "--queue"), ("type_order", "--type-order")):
