@@ -92,7 +92,8 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -
         t0 = time.perf_counter()
         lp = round_lp(inst, A0, w, frozen, level)
         build_seconds += time.perf_counter() - t0
-        sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3))
+        # interior: strictly complementary duals freeze every stuck job at once (a vertex's freeze some).
+        sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True)
         solver_seconds += sol.seconds
         rounds += 1
         if not sol.ok:

@@ -111,11 +111,12 @@ class BlockSolution:
     info: dict = field(default_factory=dict)
 
 
-def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0) -> BlockSolution:
+def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior: bool = False) -> BlockSolution:
     """Solve; never raises for solver trouble (ok=False and a message instead).
     Identical rows are merged first (exact, see identical_rows). ``seconds``
     excludes loading the backend's modules in a cold process, reported apart
-    as ``info["import_seconds"]``."""
+    as ``info["import_seconds"]``. ``interior=True`` asks for strictly
+    complementary duals (water filling reads them): no crossover to a vertex."""
     import dataclasses
 
     if backend not in BLOCK_BACKENDS:
@@ -128,7 +129,7 @@ def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0) -> Block
             target, expand = _merged(lp, classes, counts), (inverse, counts)
     backend = _chosen(target, backend)
     imports = _load_backend(backend)
-    sol = _solve(target, backend, time_limit, t0 + imports)
+    sol = _solve(target, backend, time_limit, t0 + imports, interior)
     if expand is not None:
         sol = _expand(sol, *expand, t0 + imports)
     return dataclasses.replace(sol, info={**sol.info, "import_seconds": imports}) if imports else sol
@@ -157,11 +158,22 @@ def _load_backend(backend: str) -> float:
     return time.perf_counter() - t0
 
 
-def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float) -> BlockSolution:
+def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bool = False) -> BlockSolution:
     if backend == "ipm" and lp.pairs is None:
+        from optsched.solvers import block_exact
+
+        shortcut = block_exact.applicable(lp)
+        with np.errstate(all="ignore"):
+            sol = block_exact.uncongested(lp) if shortcut else None
+        if sol is not None:
+            return sol
+        deadline = t0 + time_limit
+        cross = None
+        if shortcut and not interior:
+            cross = lambda price, level, slack: block_exact.crossover(lp, price, level, slack, deadline)  # noqa: E731
         try:
             with np.errstate(all="ignore"):
-                sol = _ipm(lp, deadline=t0 + time_limit)
+                sol = _ipm(lp, deadline=deadline, crossover=cross)
         except np.linalg.LinAlgError as e:  # a singular Newton system: let the general backend decide
             sol = BlockSolution(False, "error", None, float("nan"), None, float("nan"), None, None,
                                 time.perf_counter() - t0, "ipm", message=f"block IPM: {e}")
@@ -327,6 +339,12 @@ MAX_ITERATIONS = 60
 FEASIBILITY_TOL = 1e-9  # relative primal and dual residuals
 GAP_TOL = 1e-8  # relative duality gap
 REFINEMENTS = 1
+# A best iterate within this factor of the tolerances is accepted when the
+# iterations stall (~1e-7 relative: what Clarabel's "almost solved" accepts).
+ACCEPT_MERIT = 100.0
+# Crossover (solvers/block_exact.py) starts once every residual, in units of the
+# gap tolerance, is below this: ~2/3 of the iterations, prices good to ~1e-3.
+CROSSOVER_GAP = 1e-3
 
 
 @dataclass
@@ -346,7 +364,9 @@ class _Problem:
     h: np.ndarray  # right-hand side, flat
     has_z: bool
     eye: np.ndarray = None  # (k, k)
-    both: np.ndarray = None  # (n, k, k) both entries allowed
+    both: np.ndarray = None  # (n, k, k) both entries allowed, as 0/1
+    AA: np.ndarray = None  # (n, k, k) A_mj A_ml, constant over the iterations
+    dense: bool = False  # every entry allowed and every share row present: no scatter/gather
 
     @classmethod
     def of(cls, lp: BlockLP) -> "_Problem":
@@ -363,13 +383,20 @@ class _Problem:
             Sa=np.where(allowed, np.asarray(lp.S, dtype=float)[:, None] / W[None, :], 0.0),
             qx=np.where(allowed, -lp.objective_X(), 0.0), qz=-float(lp.c_z), allowed=allowed,
             entries=entries, rows=rows, h=h, has_z=lp.has_z, eye=np.eye(lp.k),
-            both=allowed[:, :, None] & allowed[:, None, :],
+            both=(allowed[:, :, None] & allowed[:, None, :]).astype(float),
+            dense=bool(allowed.all() and has_row.all()),
         )
+
+    def __post_init__(self):
+        if self.AA is None:
+            self.AA = self.A[:, :, None] * self.A[:, None, :]
 
     def split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Flat row vector -> (R0 as (n, k) with zeros elsewhere, R1 as (n,), R2, R3)."""
         n, k = self.A.shape
         e, r = len(self.entries), len(self.rows)
+        if self.dense:
+            return v[:e].reshape(n, k), v[e : e + r], v[e + r : e + r + n], v[e + r + n :]
         v0 = np.zeros(n * k)
         v0[self.entries] = v[:e]
         v1 = np.zeros(n)
@@ -378,12 +405,14 @@ class _Problem:
 
     def G(self, x: np.ndarray, z: float) -> np.ndarray:
         share = -(self.A * x).sum(axis=1) + self.g * z
+        if self.dense:
+            return np.concatenate([-x.reshape(-1), share, x.sum(axis=1), (self.Sa * x).sum(axis=0)])
         return np.concatenate([-x.reshape(-1)[self.entries], share[self.rows], x.sum(axis=1), (self.Sa * x).sum(axis=0)])
 
     def GT(self, t: np.ndarray) -> tuple[np.ndarray, float]:
         t0, t1, t2, t3 = self.split(t)
         gx = -t0 - t1[:, None] * self.A + t2[:, None] + t3[None, :] * self.Sa
-        return np.where(self.allowed, gx, 0.0), float(self.g @ t1)
+        return (gx if self.dense else np.where(self.allowed, gx, 0.0)), _dot(self.g, t1)
 
 class _Newton:
     """Solves (G'DG) Δv = r for one D = diag(w).
@@ -406,13 +435,17 @@ class _Newton:
         A = P.A
         reg = 1e-13 * (w.r0.max(axis=1) + w.r2 + w.r1 * (A * A).sum(axis=1)) + 1e-300  # relative regularization
         w0 = w.r0 + reg[:, None]
-        # H_m = diag(w0) + w2 e e' + w1 a a' on allowed entries, identity on entries fixed at 0.
-        H = w0[:, :, None] * P.eye + w.r2[:, None, None] * P.both + w.r1[:, None, None] * A[:, :, None] * A[:, None, :]
-        self.Hinv = np.linalg.inv(np.where(P.both, H, P.eye))
+        # H_m = diag(w0) + w2 e e' + w1 a a' on allowed entries, identity on entries fixed at 0
+        # (A and ``both`` vanish there).
+        H = w.r1[:, None, None] * P.AA + w.r2[:, None, None] * P.both
+        H.reshape(len(H), k * k)[:, :: k + 1] += np.where(P.allowed, w0, 1.0)
+        self.Hinv = np.linalg.inv(H)
         # ρ = a' R⁻¹ a, R = diag(w0) + w2 e e', in a form with no subtraction:
-        # (Σ d a² + w2 · ½ Σ_jl d_j d_l (a_j − a_l)²) / (1 + w2 Σ d),  d = 1/w0.
+        # (Σ d a² + w2 · Σ_{j<l} d_j d_l (a_j − a_l)²) / (1 + w2 Σ d),  d = 1/w0.
         d = np.where(P.allowed, 1.0 / w0, 0.0)
-        spread = 0.5 * (d[:, :, None] * d[:, None, :] * (A[:, :, None] - A[:, None, :]) ** 2).sum(axis=(1, 2))
+        spread = np.zeros(len(d))
+        for j in range(k - 1):
+            spread += d[:, j] * (d[:, j + 1 :] * (A[:, j + 1 :] - A[:, j : j + 1]) ** 2).sum(axis=1)
         rho = ((d * A * A).sum(axis=1) + w.r2 * spread) / (1.0 + w.r2 * d.sum(axis=1))
         denom = 1.0 + w.r1 * rho
         self.BinvV = self.Hinv * P.Sa[:, None, :]  # column j: H_m⁻¹ (Sa_mj e_j)
@@ -462,13 +495,23 @@ class _Split:
     r3: np.ndarray
 
 
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """a·b without BLAS: OpenBLAS threads its dot above ~10⁴ entries, and on a
+    shared machine those threads wait for cores (3× slower at 10k jobs, load 5)."""
+    return float(np.multiply(a, b).sum())
+
+
 def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
     """Largest α <= 1 with v + α dv >= 0."""
     neg = dv < 0
     return min(1.0, float(np.min(-v[neg] / dv[neg]))) if neg.any() else 1.0
 
 
-def _ipm(lp: BlockLP, deadline: float) -> BlockSolution:
+def _ipm(lp: BlockLP, deadline: float, crossover=None) -> BlockSolution:
+    """``crossover(price, level, slack)``, when given, is tried once the gap is
+    below CROSSOVER_GAP: a certified optimal vertex ends the run early."""
+    import dataclasses
+
     t0 = time.perf_counter()
     n, k = lp.n, lp.k
     if n == 0:
@@ -486,9 +529,9 @@ def _ipm(lp: BlockLP, deadline: float) -> BlockSolution:
         gx, gz = P.GT(lam)
         rdx, rdz = P.qx + gx, P.qz + gz
         rp = P.G(x, z) + s - P.h
-        mu = float(s @ lam) / count
+        mu = _dot(s, lam) / count
         pobj = float((P.qx * x).sum() + P.qz * z)
-        dobj = -float(P.h @ lam)
+        dobj = -_dot(P.h, lam)
         merit = max(
             float(np.abs(rp).max()) / scale_p / FEASIBILITY_TOL,
             max(float(np.abs(rdx).max()), abs(rdz)) / scale_d / FEASIBILITY_TOL,
@@ -502,10 +545,20 @@ def _ipm(lp: BlockLP, deadline: float) -> BlockSolution:
         if merit <= 1.0:
             status = "optimal"
             break
+        if crossover is not None and merit * GAP_TOL <= CROSSOVER_GAP:
+            gap = abs(pobj - dobj) / (1.0 + abs(pobj))
+            _, _, _, cap = P.split(lam)
+            vertex = crossover(cap / np.maximum(np.asarray(lp.W, dtype=float), 1e-300), z, max(1e-4, 30.0 * gap))
+            if vertex is not None:
+                return dataclasses.replace(vertex, seconds=time.perf_counter() - t0, iterations=it)
+            crossover = None  # once: the iterations go on
         history.append(best_merit)
         # No tenfold progress in 10 iterations: an infeasible program (the IPM has
         # no certificate; the general backend proves it) or numerics gone flat.
         stalled = merit > 1e6 * best_merit or (it > 20 and best_merit > 0.1 * history[-11])
+        # At the limit of double precision (the best iterate already acceptable and
+        # two iterations without improving it) more iterations only add noise.
+        stalled |= best_merit <= ACCEPT_MERIT and len(history) > 2 and history[-3] == best_merit
         if stalled or time.perf_counter() > deadline:
             status = "stalled" if stalled else "time_limit"
             break
@@ -522,7 +575,7 @@ def _ipm(lp: BlockLP, deadline: float) -> BlockSolution:
         rc_aff = -(s * lam)
         dx, dz, ds, dl = direction(rc_aff)
         a_aff = min(_max_step(s, ds), _max_step(lam, dl))
-        sigma = (float((s + a_aff * ds) @ (lam + a_aff * dl)) / count / mu) ** 3 if mu > 0 else 0.0
+        sigma = (_dot(s + a_aff * ds, lam + a_aff * dl) / count / mu) ** 3 if mu > 0 else 0.0
         dx, dz, ds, dl = direction(rc_aff - ds * dl + sigma * mu)
         alpha = min(1.0, 0.99 * min(_max_step(s, ds), _max_step(lam, dl)))
         x = np.where(P.allowed, x + alpha * dx, 0.0)
@@ -532,7 +585,7 @@ def _ipm(lp: BlockLP, deadline: float) -> BlockSolution:
     seconds = time.perf_counter() - t0
     # A stalled run whose best iterate is within 100× of the tolerances is still
     # a solution to ~1e-7 (what Clarabel's default "almost solved" accepts).
-    if status != "optimal" and best is not None and best_merit <= 100.0:
+    if status != "optimal" and best is not None and best_merit <= ACCEPT_MERIT:
         status = "optimal"
     if status != "optimal":
         return BlockSolution(False, status, None, float("nan"), None, float("nan"), None, None, seconds, "ipm", it,

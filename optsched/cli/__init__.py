@@ -55,7 +55,22 @@ def _root(
 
 
 def main() -> None:
+    _one_blas_thread()
     app()
+
+
+def _one_blas_thread() -> None:
+    """Small, many numpy calls gain nothing from BLAS threads, which on a busy
+    machine wait for cores; a user's OPENBLAS/OMP/MKL_NUM_THREADS still wins."""
+    import os
+
+    if any(v in os.environ for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(1, user_api="blas")
 
 
 __all__ = ["app", "console", "err_console", "example_snapshot_text", "main", "user_errors"]

@@ -1,0 +1,130 @@
+"""The exact shortcuts of the max-min family (solvers/block_exact.py): every
+answer they give is checked against CLARABEL on the whole program and against
+its own dual certificate (strong duality, dual feasibility), on random
+instances congested and not, with frozen rows (water filling) and forbidden
+types."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from optsched.solvers import block_exact, block_lp
+from optsched.solvers.block_lp import BlockLP
+
+
+def random_lp(rng: np.random.Generator, n: int, k: int, capacity: float, frozen: float = 0.0) -> BlockLP:
+    A = rng.uniform(0.1, 3.0, (n, k)) * rng.uniform(0.5, 2.0, k)
+    allowed = rng.random((n, k)) > 0.15
+    allowed[np.arange(n), rng.integers(0, k, n)] = True
+    S = rng.choice([1.0, 2.0, 4.0], n, p=[0.7, 0.2, 0.1])
+    W = np.maximum(1.0, capacity * S.sum() / k * rng.uniform(0.5, 1.5, k))
+    g = np.ones(n)
+    lower = np.zeros(n)
+    if frozen:  # water-filling levels: some rows frozen at part of a feasible point's share
+        X0 = allowed / allowed.sum(axis=1, keepdims=True)
+        X0 = X0 * np.minimum(1.0, W / (S @ X0))[None, :]
+        fz = rng.random(n) < frozen
+        g[fz] = 0.0
+        lower[fz] = rng.uniform(0.3, 0.9) * (A * X0).sum(axis=1)[fz]
+    return BlockLP(A=A, S=S, W=W, allowed=allowed, c_z=1.0, g=g, lower=lower)
+
+
+def certificate_gap(lp: BlockLP, sol) -> float:
+    """Relative gap between the solution's value and the dual objective its
+    multipliers prove, after checking the multipliers are dual feasible."""
+    lam, p = sol.share_dual, sol.price
+    assert np.all(lam >= -1e-9) and np.all(p >= -1e-9)
+    g = np.asarray(lp.g, dtype=float)
+    assert abs(float(g @ lam) - lp.c_z) <= 1e-6 * lp.c_z  # z's column
+    A = np.where(lp.allowed, lp.A, 0.0)
+    mu = np.maximum(0.0, (lam[:, None] * A - lp.S[:, None] * p[None, :]).max(axis=1))  # best time-row price
+    lower = np.zeros(lp.n) if lp.lower is None else lp.lower
+    dual = float(mu.sum() + p @ lp.W - lam @ lower)
+    return abs(dual - sol.value) / max(1.0, abs(sol.value))
+
+
+def check_primal(lp: BlockLP, sol, tol: float = 1e-7) -> None:
+    X = sol.X
+    assert np.all(X >= -tol) and np.all(X[~lp.allowed] == 0)
+    assert np.all(X.sum(axis=1) <= 1 + tol)
+    assert np.all(lp.S @ X <= lp.W * (1 + tol) + tol)
+    share = (lp.A * X).sum(axis=1)
+    lower = np.zeros(lp.n) if lp.lower is None else lp.lower
+    assert np.all(share >= lp.g * sol.z + lower - tol * (1 + share))
+
+
+def reference(lp: BlockLP):
+    sol = block_lp._matrix_solve(lp, "clarabel", 60.0)
+    assert sol.ok
+    return sol
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_shortcuts_match_clarabel_and_prove_themselves(seed):
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(20, 400)), int(rng.integers(1, 6))
+    lp = random_lp(rng, n, k, capacity=float(rng.choice([0.05, 0.2, 0.5, 3.0])), frozen=float(rng.choice([0.0, 0.3])))
+    ref = reference(lp)
+    found = 0
+    quick = block_exact.uncongested(lp)
+    if quick is not None:
+        found += 1
+        check_primal(lp, quick)
+        assert quick.z == pytest.approx(ref.z, rel=1e-6, abs=1e-9)
+        assert certificate_gap(lp, quick) <= 1e-9
+    # Crossover from the exact prices, and from prices 2 % off.
+    for noise in (0.0, 0.02):
+        price = ref.price * rng.uniform(1 - noise, 1 + noise, k)
+        cross = block_exact.crossover(lp, price, ref.z, max(1e-4, noise), time.perf_counter() + 60)
+        if cross is None:
+            continue
+        found += 1
+        check_primal(lp, cross)
+        assert cross.z == pytest.approx(ref.z, rel=1e-6, abs=1e-9)
+        assert certificate_gap(lp, cross) <= 1e-6
+    assert found or noise  # with exact prices the crossover must succeed unless the shortcut applies
+
+
+def test_uncongested_is_the_first_job_out_of_time():
+    rng = np.random.default_rng(7)
+    lp = random_lp(rng, 300, 4, capacity=50.0)
+    sol = block_exact.uncongested(lp)
+    assert sol is not None and sol.backend == "uncongested"
+    best = np.where(lp.allowed, lp.A, 0.0).max(axis=1)
+    assert sol.z == pytest.approx(best.min())
+
+
+def test_uncongested_declines_when_capacity_binds():
+    rng = np.random.default_rng(8)
+    lp = random_lp(rng, 300, 4, capacity=0.05)
+    assert block_exact.uncongested(lp) is None
+
+
+@pytest.mark.parametrize("capacity", [0.01, 0.03])
+def test_ipm_with_crossover_is_exact_at_scale(capacity):
+    """Through block_lp.solve: the IPM hands over to the crossover (or finishes)
+    and the result is the program's optimum either way."""
+    rng = np.random.default_rng(11)
+    lp = random_lp(rng, 3000, 3, capacity=capacity)
+    sol = block_lp.solve(lp, "ipm")
+    ref = reference(lp)
+    assert sol.ok and sol.backend in ("ipm", "ipm+crossover")
+    check_primal(lp, sol, tol=1e-6)
+    assert sol.z == pytest.approx(ref.z, rel=1e-6)
+    interior = block_lp.solve(lp, "ipm", interior=True)
+    assert interior.backend == "ipm" and interior.z == pytest.approx(ref.z, rel=1e-6)
+
+
+def test_not_applicable_outside_the_family():
+    rng = np.random.default_rng(3)
+    lp = random_lp(rng, 50, 3, capacity=0.3)
+    import dataclasses
+
+    with_objective = dataclasses.replace(lp, C=np.ones((50, 3)))
+    assert not block_exact.applicable(with_objective)
+    assert block_exact.uncongested(with_objective) is None
+    negative = dataclasses.replace(lp, lower=-np.ones(50))
+    assert not block_exact.applicable(negative)
