@@ -7,6 +7,7 @@ Heavy imports stay inside the commands (``optsched --help`` stays fast).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -40,7 +41,7 @@ SUMMARY_ROWS = (
 
 
 def _fmt(v, unit: str, time_unit: str = "h") -> str:
-    if v is None or (isinstance(v, float) and v != v):
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "–"
     if unit == "t":
         return f"{v / 3600:,.2f} h" if time_unit == "h" else f"{v:,.1f} s"
@@ -407,10 +408,9 @@ def trace_describe(
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return
-    t = Table(show_header=False, show_edge=False)
-    for k, v in d.items():
-        t.add_row(k, str(v))
-    console.print(t)
+    from optsched.cli.text import describe_table
+
+    console.print(describe_table(d))
 
 
 @trace_app.command("convert")
