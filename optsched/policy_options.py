@@ -5,7 +5,7 @@ The keys a policy takes are the named parameters of its module's ``build`` /
 ``allocate`` (``optsched.policy``), less those the command line cannot give or
 that the policy's name fixes:
 
-- objects from the Python API (``predictor``, ``explain``), ``packing`` (the
+- objects from the Python API (``predictor``, ``explain``, ``weights``), ``packing`` (the
   ``--packing`` flag) and the plumbing (``inst``, ``policy``, ``solver``,
   ``time_limit``);
 - options the registry sets for the name (``order`` of ``fifo``, ``agnostic``
@@ -15,7 +15,8 @@ that the policy's name fixes:
 A value is read by the type of the parameter's default: ``true/false`` (also
 1/0, yes/no) for a flag, an integer, a finite number, comma-separated numbers
 for a tuple (``thresholds=3600,7200``), text for text; a parameter without a
-default value type takes a JSON number, flag or list. A number whose default
+default value type takes a number or a flag (lists and objects are the
+Python API's); ``prior`` takes the path of an existing file. A number whose default
 is >= 0 (counts, seconds, factors) must be >= 0. The options then go
 through one solve on a two-job instance, so a value the formulation refuses
 (a negative count, an unknown name) is reported here, naming the key, rather
@@ -31,7 +32,8 @@ import math
 from optsched.model import OptschedError
 
 PLUMBING = frozenset({"inst", "policy", "solver", "time_limit"})
-API_ONLY = frozenset({"predictor", "explain", "packing"})
+API_ONLY = frozenset({"predictor", "explain", "packing", "weights"})
+PATHS = frozenset({"prior"})  # a file (tiresias_gittins's GPU-time prior CSV)
 FLAG = "--policy-option"
 
 
@@ -52,6 +54,12 @@ def accepted_options(policy: str) -> dict[str, object]:
 def _parse(key: str, text: str, default):
     bad = OptschedError(f"{FLAG}: {key}={text!r}: expected {_kind(default)}")
     t = text.strip()
+    if key in PATHS:
+        from pathlib import Path
+
+        if not Path(t).is_file():
+            raise OptschedError(f"{FLAG}: {key}={text!r}: no such file")
+        return t
     if isinstance(default, bool):
         low = t.lower()
         if low in ("true", "1", "yes", "on"):
@@ -88,9 +96,9 @@ def _parse(key: str, text: str, default):
         v = json.loads(t)
     except ValueError:
         raise bad from None
-    if not isinstance(v, (bool, int, float, list)) or (isinstance(v, float) and not math.isfinite(v)):
+    if not isinstance(v, (bool, int, float)) or (isinstance(v, float) and not math.isfinite(v)):
         raise bad
-    return tuple(v) if isinstance(v, list) else v
+    return v
 
 
 def _kind(default) -> str:
@@ -104,7 +112,7 @@ def _kind(default) -> str:
         return "comma-separated numbers"
     if isinstance(default, str):
         return "a name"
-    return "a number, true/false or a JSON list"
+    return "a number or true/false"
 
 
 def parse_policy_options(policies: list[str] | str, items: list[str] | None) -> dict:
@@ -151,8 +159,11 @@ def _dry_run(policy: str, options: dict, raw: dict) -> None:
                     last_run_time=np.full(2, np.nan))
     try:
         solve_instance(inst, policy, "auto", 10.0, **options)
-    except (OptschedError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001  (any failure of the policy on these values is reported, one line)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         for key in options:
             if key in msg:
                 raise OptschedError(f"{FLAG}: {key}={raw[key]!r}: {msg}") from None
+        if not isinstance(e, OptschedError):  # an OptschedError naming no option: the toy instance, not the values
+            given = ", ".join(f"{k}={raw[k]}" for k in options)
+            raise OptschedError(f"{FLAG}: policy {policy} fails with {given} ({type(e).__name__}: {msg})") from None
