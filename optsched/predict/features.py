@@ -118,14 +118,45 @@ def _defaults(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def trace_features(jobs: pd.DataFrame, window: int = WINDOW) -> pd.DataFrame:
+    """Features of a trace's jobs (``Trace.jobs``), one row per job in order:
+    vc from a ``vc`` or ``cluster`` column (Philly's virtual cluster), model
+    from ``model`` (as the trace gives it: "" for Philly), GPUs = scale factor,
+    submit = ``submit_epoch`` column + arrival time (the hour of day is then
+    relative to the first arrival when the trace has no epoch), history = the
+    trace's own jobs with a duration, each counted once it *would* have
+    finished (arrival + duration): causal, as ``history_features``. The
+    simulator puts these rows in ``Instance.extras["features"]`` for the
+    policies that predict durations."""
+    vc = jobs["vc"] if "vc" in jobs else jobs["cluster"] if "cluster" in jobs else pd.Series([""] * len(jobs))
+    epoch = jobs["submit_epoch"].to_numpy(dtype=float) if "submit_epoch" in jobs else 0.0
+    h = pd.DataFrame({
+        "submit": epoch + jobs["arrival_time"].to_numpy(dtype=float),
+        "gpus": jobs["scale_factor"].to_numpy(dtype=float),
+        "vc": vc.astype(str).to_numpy(),
+        "model": jobs["model"].astype(str).to_numpy() if "model" in jobs else "",
+        "duration": jobs["duration"].to_numpy(dtype=float) if "duration" in jobs else np.nan,
+    })
+    past = h[np.isfinite(h["duration"].to_numpy())]
+    return history_features(h.drop(columns="duration"), past, window)
+
+
 def instance_features(inst) -> pd.DataFrame:
-    """Features of an Instance's jobs. Read from ``inst.extras`` when the caller
-    put them there (``vc``, ``model``: per-job strings; ``submit_epoch``: the
-    absolute time of arrival 0; ``history``: a finished-jobs table as above),
-    else: vc = the job's entity, model = "", submit = arrival time, no history
-    (NaN history features: the models treat them as missing)."""
+    """Features of an Instance's jobs. ``inst.extras["features"]`` when the
+    caller computed them (a table with the ``FEATURES`` columns, one row per
+    job: the simulator's, from ``trace_features``); else read from
+    ``inst.extras`` when the caller put them there (``vc``, ``model``: per-job
+    strings; ``submit_epoch``: the absolute time of arrival 0; ``history``: a
+    finished-jobs table as above), else: vc = the job's entity, model = "",
+    submit = arrival time, no history (NaN history features: the models treat
+    them as missing)."""
     ex = inst.extras or {}
     n = inst.n
+    given = ex.get("features")
+    if given is not None:
+        if not isinstance(given, pd.DataFrame) or len(given) != n or any(c not in given for c in FEATURES):
+            raise OptschedError(f"extras.features: need a table of {n} rows with columns {', '.join(FEATURES)}")
+        return given.reset_index(drop=True)
     vc = ex.get("vc") or tuple(e or "" for e in inst.entity) or ("",) * n
     jobs = pd.DataFrame({
         "submit": float(ex.get("submit_epoch", 0.0)) + np.asarray(inst.arrival_time, dtype=float),

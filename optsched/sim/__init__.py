@@ -199,7 +199,17 @@ def simulate(
         from optsched.sim.stages import loss_termination
 
         jobs, loss_report = loss_termination(jobs, trace, cfg.loss_threshold)
-    st, rounds, info = simulate_jobs(jobs, cluster, cfg, progress_rate=progress_rate, on_round=on_round)
+    features = None
+    from optsched.sim.stages import PREDICTION_POLICIES
+
+    if policy in PREDICTION_POLICIES:
+        from optsched.predict.features import trace_features
+
+        feats = trace_features(trace.jobs)
+        pos = dict(zip(trace.jobs["job_id"], range(len(trace.jobs))))
+        features = feats.iloc[[pos[j] for j in jobs.job_ids]].reset_index(drop=True)
+    st, rounds, info = simulate_jobs(jobs, cluster, cfg, progress_rate=progress_rate, on_round=on_round,
+                                     features=features)
     capacity = np.array([cluster.gpus[t] for t in jobs.gpu_types], dtype=float)
     jdf = add_fairness(jobs_frame(jobs, st), jobs, capacity)
     rdf = rounds_frame(rounds, jobs.gpu_types, ROUND_COLUMNS)

@@ -155,8 +155,10 @@ def simulate_jobs(
     config: SimConfig,
     progress_rate: ProgressRate | None = None,
     on_round: Callable[[dict], None] | None = None,
+    features=None,
 ):
-    """Run the loop on resolved jobs; returns (state, rounds list, info dict)."""
+    """Run the loop on resolved jobs; returns (state, rounds list, info dict).
+    ``features``: per-job predictor features aligned with ``jobs`` (stages.instance)."""
     from optsched.allocator import Allocator
     from optsched.sim.goodput_jobs import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
     from optsched.sim.jobs import server_gpus
@@ -230,7 +232,8 @@ def simulate_jobs(
         # --- policy ---
         recompute = should_recompute(ls, config.min_recompute_interval, every)
         solve_s = 0.0
-        inst = instance(ls.view, jobs, st, capacity, ls.now, overhead, server, goodput_policy, fixed_batch=fixed_batch)
+        inst = instance(ls.view, jobs, st, capacity, ls.now, overhead, server, goodput_policy, fixed_batch=fixed_batch,
+                        features=features)
         if recompute:
             t0 = _time.perf_counter()
             ls.allocation = compute_allocation(

@@ -208,15 +208,24 @@ def observe(st: SimState, active: list[int]) -> None:
 # ---------------------------------------------------------------- decide
 
 
+# Policies that predict durations (optsched.predict): the simulator gives them the
+# trace's per-job predictor features in Instance.extras["features"].
+PREDICTION_POLICIES = ("lucid", "lucid_ageing", "qssf", "allox")
+
+
 def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarray, now: float,
              restart_seconds: np.ndarray, server: np.ndarray, goodput_policy: bool, *,
-             fixed_batch: bool = False) -> Instance:
+             fixed_batch: bool = False, features=None) -> Instance:
     """The round's Instance of the active jobs. ``goodput_policy``: elastic
     jobs carry their goodput models (ElasticInfo); ``fixed_batch`` (optimus):
-    also their fixed batch sizes and remaining iterations (``optimus_extras``)."""
+    also their fixed batch sizes and remaining iterations (``optimus_extras``);
+    ``features``: every job's predictor features (a table aligned with
+    ``jobs``), the active rows go to ``extras["features"]``."""
     act = view.index
     elastic = None
     extras: dict = {}
+    if features is not None:
+        extras["features"] = features.iloc[act].reset_index(drop=True)
     if goodput_policy and jobs.any_elastic:
         from optsched.sim.goodput_jobs import elastic_info
 
