@@ -32,6 +32,7 @@ hierarchical policy re-split a tenant's weight among its unfrozen jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Callable
@@ -41,7 +42,7 @@ import numpy as np
 from optsched.formulations.base import base_lp, fallback_allocation, no_packing
 from optsched.formulations.max_min_fairness import normalized_throughput
 from optsched.model import Allocation, Instance
-from optsched.solvers import block_backend, block_lp
+from optsched.solvers import block_backend, block_exact, block_lp
 
 # A job is stuck when its multiplier, scaled to mean 1 over the unfrozen jobs,
 # exceeds STUCK_DUAL. CLARABEL's noise on the multipliers of jobs that can rise
@@ -49,6 +50,9 @@ from optsched.solvers import block_backend, block_lp
 # is smaller is simply not frozen yet: the next round cannot raise t past it,
 # and freezes it then at the same level (one extra LP, same result).
 STUCK_DUAL = 1e-3
+# How far (relative) a type's cost may be from a job's cheapest and still make
+# the job a candidate for two types, when the previous round's prices start the next.
+WARM_SLACK = 1e-3
 
 
 def allocate(
@@ -67,11 +71,49 @@ def allocate(
     return water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds)
 
 
-def round_lp(inst: Instance, A0: np.ndarray, w: np.ndarray, frozen: np.ndarray, level: np.ndarray):
-    """Round r's block LP: maximize t s.t. A0[m] X[m] / w_m ≥ t (unfrozen), A0[m] X[m] / level_m ≥ 1 (frozen)."""
+def round_lp(inst: Instance, A0: np.ndarray, w: np.ndarray, frozen: np.ndarray, level: np.ndarray, full=None):
+    """Round r's block LP: maximize t s.t. A0[m] X[m] / w_m ≥ t (unfrozen), A0[m] X[m] / level_m ≥ 1 (frozen).
+    ``full[m]`` = the type a frozen job must run on all of the time to reach its level (-1: none):
+    such a job leaves the program and its GPUs leave the capacities (see saturated)."""
     pinned = frozen & (level > 0)  # a job frozen at level 0 (it cannot run) keeps the row share ≥ 0
     scale = np.where(pinned, level, np.where(frozen, 1.0, w))
-    return base_lp(inst, A=A0 / scale[:, None], g=np.where(frozen, 0.0, 1.0), lower=np.where(pinned, 1.0, 0.0), c_z=1.0)
+    lp = base_lp(inst, A=A0 / scale[:, None], g=np.where(frozen, 0.0, 1.0), lower=np.where(pinned, 1.0, 0.0), c_z=1.0)
+    if full is None or not np.any(full >= 0):
+        return lp
+    out = full >= 0
+    used = np.bincount(full[out], weights=lp.S[out], minlength=lp.k)
+    return dataclasses.replace(lp, allowed=lp.allowed & ~out[:, None], W=np.maximum(lp.W - used, 0.0),
+                               has_row=~out, lower=np.where(out, 0.0, lp.lower))
+
+
+def saturated(inst: Instance, A0: np.ndarray, frozen: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """For each frozen job whose level is its largest share (all of its time on
+    its one best type), that type; -1 for every other job. Their rows admit a
+    single point, which leaves an interior-point method no interior: they are
+    fixed instead. Jobs with two equally good types stay in the program."""
+    A = np.where(inst.available, A0, 0.0)
+    order = np.sort(A, axis=1)
+    best, second = order[:, -1], (order[:, -2] if A.shape[1] > 1 else np.zeros(len(A)))
+    unique = best > second * (1 + 1e-9)
+    at_max = frozen & (level >= best * (1 - 1e-9)) & (best > 0) & unique
+    return np.where(at_max, np.argmax(A, axis=1), -1)
+
+
+def _solve_round(lp, backend: str, deadline: float, warm):
+    """One round's LP. Consecutive rounds differ by a few frozen rows, so the
+    previous round's prices are nearly optimal: a crossover from them
+    (solvers/block_exact.py) certifies the new optimum in a master solve or
+    two. Its vertex duals prove stuck jobs too (complementary slackness), if
+    not always all of them: a stuck job missed waits a round, at the same
+    level. Without a warm start, or when the crossover declines, the IPM
+    with interior duals, which freeze every stuck job at once."""
+    if backend in ("auto", "ipm"):
+        sol = block_exact.uncongested(lp)
+        if sol is None and warm is not None:
+            sol = block_exact.crossover(lp, warm[0], warm[1], WARM_SLACK, deadline)
+        if sol is not None:
+            return sol
+    return block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True)
 
 
 def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -> Allocation:
@@ -83,6 +125,7 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -
     rounds, build_seconds, solver_seconds, status = 0, 0.0, 0.0, "optimal"
     deadline = time.perf_counter() + time_limit
     backend = block_backend(solver, has_pairs=False)
+    warm = None  # the previous round's prices and level
     while not frozen.all():
         if max_rounds is not None and rounds >= max_rounds:
             status = f"stopped after max_rounds={max_rounds} ({int((~frozen).sum())} jobs not frozen)"
@@ -90,17 +133,23 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -
         U = np.flatnonzero(~frozen)
         w = np.asarray(weights(frozen), dtype=float)
         t0 = time.perf_counter()
-        lp = round_lp(inst, A0, w, frozen, level)
+        full = saturated(inst, A0, frozen, level)
+        lp = round_lp(inst, A0, w, frozen, level, full)
         build_seconds += time.perf_counter() - t0
-        # interior: strictly complementary duals freeze every stuck job at once (a vertex's freeze some).
-        sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True)
+        sol = _solve_round(lp, backend, deadline, warm)
         solver_seconds += sol.seconds
         rounds += 1
         if not sol.ok:
             status = f"fallback: round {rounds}: {sol.message or sol.status}" + ("" if X_best is not None else " (equal share scaled to fit)")
             logging.getLogger("optsched.policy").warning("%s: %s", policy, status)
             break
-        X_best, t_r = sol.X, sol.z
+        X_best, t_r = sol.X.copy(), sol.z
+        X_best[full >= 0] = 0.0
+        X_best[np.flatnonzero(full >= 0), full[full >= 0]] = 1.0
+        if sol.price is not None and np.any(sol.price > 0):
+            warm = (sol.price, t_r)
+        elif warm is not None:  # a round set by a job's time row prices no capacity: keep the last prices
+            warm = (warm[0], t_r)
         lam = np.maximum(sol.share_dual[U], 0.0)
         # Multipliers scaled to mean 1 (they sum to 1 at the optimum, so the
         # largest is ≥ 1 and every round freezes someone).

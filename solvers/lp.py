@@ -75,8 +75,10 @@ def solve_lp(
     ub: np.ndarray | float = np.inf,
     backend: str = "highs-ipm",
     time_limit: float = 60.0,
+    highs_options: dict | None = None,
 ) -> LPSolution:
-    """Solve the LP; never raises for solver trouble (``ok=False`` instead)."""
+    """Solve the LP; never raises for solver trouble (``ok=False`` instead).
+    ``highs_options`` are passed to HiGHS as they are (e.g. simplex_strategy)."""
     if backend not in LP_BACKENDS:
         raise ValueError(f"unknown LP backend {backend!r} (choose from {', '.join(LP_BACKENDS)})")
     c = np.asarray(c, dtype=float)
@@ -92,7 +94,7 @@ def solve_lp(
         if backend == "clarabel":
             out = _clarabel(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit)
         else:
-            out = _highs(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit, ipm=backend == "highs-ipm")
+            out = _highs(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit, ipm=backend == "highs-ipm", options=highs_options)
     except Exception as e:  # a backend crash must not take the scheduler down
         out = ("error", None, float("nan"), None, None, f"{type(e).__name__}: {e}".splitlines()[0])
     status, x, value, d_ub, d_eq, msg = out
@@ -109,7 +111,7 @@ def solve_lp(
     )
 
 
-def _highs(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit, ipm: bool):
+def _highs(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit, ipm: bool, options: dict | None = None):
     import highspy
 
     m_ub, m_eq = A_ub.n_rows, A_eq.n_rows
@@ -131,6 +133,8 @@ def _highs(c, A_ub, b_ub, A_eq, b_eq, lb, ub, time_limit, ipm: bool):
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
     h.setOptionValue("time_limit", float(time_limit))
+    for name, value in (options or {}).items():
+        h.setOptionValue(name, value)
     if ipm:
         h.setOptionValue("solver", "ipm")
         h.setOptionValue("run_crossover", "off")

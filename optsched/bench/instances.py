@@ -16,15 +16,20 @@ TYPE_NAMES = ("k80", "p100", "v100", "a100", "h100")
 SPEED = np.array([0.3, 0.6, 1.0, 1.6, 2.4])
 
 
-def rigid(n: int, k: int, seed: int = 0, tenants: int = 10) -> Instance:
-    """n jobs × k types: distinct throughputs, Gavel's scale-factor mix, about one GPU per two jobs."""
+CONGESTED = 0.15  # GPUs per job where capacity binds at the max-min optimum (prices > 0)
+
+
+def rigid(n: int, k: int, seed: int = 0, tenants: int = 10, gpus_per_job: float = 0.5) -> Instance:
+    """n jobs × k types: distinct throughputs, Gavel's scale-factor mix, ``gpus_per_job``
+    GPUs per job (0.5: max-min is set by the first job to run out of time, capacity
+    does not bind; CONGESTED: capacity binds, every type has a price)."""
     rng = np.random.default_rng(seed)
     types = TYPE_NAMES[:k]
     sf = rng.choice([1, 2, 4, 8], n, p=[0.70, 0.10, 0.15, 0.05]).astype(float)
     T = rng.uniform(0.5, 20.0, (n, k)) * SPEED[:k] * sf[:, None] ** 0.8
     T[rng.random((n, k)) < 0.1] = 0.0  # some jobs cannot run on some types
     T[np.arange(n), rng.integers(0, k, n)] = rng.uniform(0.5, 20.0, n)  # at least one type each
-    capacity = np.full(k, float(max(8, n // (2 * k))))
+    capacity = np.full(k, float(max(8, int(n * gpus_per_job) // k)))
     steps = rng.uniform(1e3, 1e6, n)
     return Instance(
         job_ids=tuple(f"job{m:06d}" for m in range(n)), gpu_types=types, throughput=T, scale_factor=sf,

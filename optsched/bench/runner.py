@@ -113,16 +113,19 @@ def _with_ref(ctx: Context, row: BenchRow, label: str, ref: Callable[[], float],
 # -- rigid policies ------------------------------------------------------------------------
 
 
-def policy_case(policy: str, n: int, k: int, ref: str | None = None, **options) -> Case:
+def policy_case(policy: str, n: int, k: int, ref: str | None = None, congested: bool = False, **options) -> Case:
+    key = f"{policy}/{n}x{k}" + ("/congested" if congested else "")
+
     def run(ctx: Context) -> BenchRow:
         from optsched.bench import references
         from optsched.policy import solve_instance
 
-        inst = instances.rigid(n, k, ctx.seed)
+        inst = _instance(n, k, ctx.seed, congested)
         solve = lambda: solve_instance(inst, policy, time_limit=600.0, **options)  # noqa: E731
         levels = policy != "max_min_fairness"
         t, alloc = _timed(solve, ctx.repeat if n <= (1000 if levels else 10_000) else 1)
-        row = _fill(BenchRow(f"{policy}/{n}x{k}", policy, n, k, int(inst.capacity.sum()), total_s=t), alloc)
+        row = _fill(BenchRow(key, policy, n, k, int(inst.capacity.sum()), variant="optsched, congested" if congested else "optsched",
+                             total_s=t), alloc)
         if "lp_rounds" in alloc.explanation:
             row.note = f"{alloc.explanation['lp_rounds']} LP levels"
         row.peak_mb = _peak_mb(solve, ctx.memory, t)
@@ -130,35 +133,41 @@ def policy_case(policy: str, n: int, k: int, ref: str | None = None, **options) 
             _with_ref(ctx, row, "Gavel-style cvxpy + ECOS", lambda: references.max_min_cvxpy(inst))
         return row
 
-    return Case(f"{policy}/{n}x{k}", run)
+    return Case(key, run)
 
 
-def pop_case(policy: str, n: int, k: int, partitions: int) -> Case:
+def _instance(n: int, k: int, seed: int, congested: bool):
+    return instances.rigid(n, k, seed, gpus_per_job=instances.CONGESTED if congested else 0.5)
+
+
+def pop_case(policy: str, n: int, k: int, partitions: int, congested: bool = False) -> Case:
+    key = f"{policy}/{n}x{k}/pop{partitions}" + ("/congested" if congested else "")
+
     def run(ctx: Context) -> BenchRow:
         from optsched.policy import solve_instance
         from optsched.pop import solve_partitioned
 
-        inst = instances.rigid(n, k, ctx.seed)
+        inst = _instance(n, k, ctx.seed, congested)
         solve = lambda: solve_partitioned(inst, policy, partitions, time_limit=600.0)  # noqa: E731
         t, alloc = _timed(solve, ctx.repeat if n <= 10_000 else 1)
-        row = BenchRow(f"{policy}/{n}x{k}/pop{partitions}", policy, n, k, int(inst.capacity.sum()),
-                       variant=f"POP k={partitions}", total_s=t, objective=alloc.objective, status=alloc.status)
+        row = BenchRow(key, policy, n, k, int(inst.capacity.sum()), variant=f"POP k={partitions}" + (", congested" if congested else ""),
+                       total_s=t, objective=alloc.objective, status=alloc.status)
         row.peak_mb = _peak_mb(solve, ctx.memory, t)
         return _with_ref(ctx, row, "exact solve", lambda: solve_instance(inst, policy, time_limit=600.0).objective)
 
-    return Case(f"{policy}/{n}x{k}/pop{partitions}", run)
+    return Case(key, run)
 
 
-def e2e_case(policy: str, n: int, k: int, partitions: int = 1) -> Case:
+def e2e_case(policy: str, n: int, k: int, partitions: int = 1, congested: bool = False) -> Case:
     """`optsched solve` in-process: parse the JSON snapshot, build, solve, decode."""
-    key = f"solve-e2e/{policy}/{n}x{k}" + (f"/pop{partitions}" if partitions > 1 else "")
+    key = f"solve-e2e/{policy}/{n}x{k}" + (f"/pop{partitions}" if partitions > 1 else "") + ("/congested" if congested else "")
 
     def run(ctx: Context) -> BenchRow:
         from optsched.model import Instance, parse_snapshot
         from optsched.policy import solve as solve_policy
         from optsched.pop import solve_partitioned
 
-        inst = instances.rigid(n, k, ctx.seed)
+        inst = _instance(n, k, ctx.seed, congested)
         text = instances.snapshot_json(inst)
 
         def once():
@@ -172,7 +181,7 @@ def e2e_case(policy: str, n: int, k: int, partitions: int = 1) -> Case:
             return parse, alloc
 
         t, (parse, alloc) = _timed(once, 1)
-        row = _fill(BenchRow(key, policy, n, k, int(inst.capacity.sum()), variant="optsched solve" + (f", POP k={partitions}" if partitions > 1 else ""),
+        row = _fill(BenchRow(key, policy, n, k, int(inst.capacity.sum()), variant="optsched solve" + (f", POP k={partitions}" if partitions > 1 else "") + (", congested" if congested else ""),
                              total_s=t, parse_s=parse), alloc)
         row.peak_mb = _peak_mb(once, ctx.memory, t)
         row.note = f"snapshot {len(text) / 2**20:.0f} MB JSON"
@@ -296,6 +305,7 @@ def simulation_case(n: int, policy: str = "max_min_fairness") -> Case:
 CASES_QUICK = [
     policy_case("max_min_fairness", 1000, 3, ref="cvxpy"),
     policy_case("max_min_fairness", 1000, 5, ref="cvxpy"),
+    policy_case("max_min_fairness", 1000, 5, ref="cvxpy", congested=True),
     pop_case("max_min_fairness", 1000, 5, 4),
     policy_case("max_min_fairness_water_filling", 1000, 5),
     policy_case("max_min_fairness_hierarchical", 1000, 5),
@@ -306,11 +316,11 @@ CASES_QUICK = [
 ]
 
 CASES_FULL = [
-    *(policy_case("max_min_fairness", n, k, ref="cvxpy" if n <= 10_000 else None)
-      for n in (1000, 10_000, 100_000) for k in (3, 5)),
-    e2e_case("max_min_fairness", 100_000, 5),
-    e2e_case("max_min_fairness", 100_000, 5, partitions=4),
-    *(pop_case("max_min_fairness", n, 5, 4) for n in (10_000, 100_000)),
+    *(policy_case("max_min_fairness", n, k, ref="cvxpy" if n <= 10_000 else None, congested=c)
+      for c in (False, True) for n in (1000, 10_000, 100_000) for k in (3, 5)),
+    *(e2e_case("max_min_fairness", 100_000, 5, congested=c) for c in (False, True)),
+    *(e2e_case("max_min_fairness", 100_000, 5, partitions=4, congested=c) for c in (False, True)),
+    *(pop_case("max_min_fairness", n, 5, 4, congested=c) for c in (False, True) for n in (10_000, 100_000)),
     *(milp_case("sia", g, g // 2) for g in (512, 1024, 2048)),
     milp_case("pollux", 1024, 128),
     allocator_case(10_000, 2048),
