@@ -208,8 +208,15 @@ def simulate(
         feats = trace_features(trace.jobs)
         pos = dict(zip(trace.jobs["job_id"], range(len(trace.jobs))))
         features = feats.iloc[[pos[j] for j in jobs.job_ids]].reset_index(drop=True)
+    resources = None
+    if "cpu_profile" in trace.jobs or "memory_profile" in trace.jobs:  # Synergy's sensitivity profiles
+        from optsched.sim.stages import ResourceProfiles
+
+        by_id = trace.jobs.set_index("job_id")
+        col = lambda c: [by_id[c].get(j) if c in by_id else None for j in jobs.job_ids]  # noqa: E731
+        resources = ResourceProfiles.of(col("cpu_profile"), col("memory_profile"))
     st, rounds, info = simulate_jobs(jobs, cluster, cfg, progress_rate=progress_rate, on_round=on_round,
-                                     features=features)
+                                     features=features, resources=resources)
     capacity = np.array([cluster.gpus[t] for t in jobs.gpu_types], dtype=float)
     jdf = add_fairness(jobs_frame(jobs, st), jobs, capacity)
     rdf = rounds_frame(rounds, jobs.gpu_types, ROUND_COLUMNS)

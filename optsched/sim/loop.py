@@ -156,9 +156,11 @@ def simulate_jobs(
     progress_rate: ProgressRate | None = None,
     on_round: Callable[[dict], None] | None = None,
     features=None,
+    resources=None,
 ):
     """Run the loop on resolved jobs; returns (state, rounds list, info dict).
-    ``features``: per-job predictor features aligned with ``jobs`` (stages.instance)."""
+    ``features``: per-job predictor features aligned with ``jobs`` (stages.instance);
+    ``resources``: jobs' CPU/memory profiles (stages.ResourceProfiles)."""
     from optsched.allocator import Allocator
     from optsched.sim.goodput_jobs import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
     from optsched.sim.jobs import server_gpus
@@ -233,7 +235,7 @@ def simulate_jobs(
         recompute = should_recompute(ls, config.min_recompute_interval, every)
         solve_s = 0.0
         inst = instance(ls.view, jobs, st, capacity, ls.now, overhead, server, goodput_policy, fixed_batch=fixed_batch,
-                        features=features)
+                        features=features, resources=resources)
         if recompute:
             t0 = _time.perf_counter()
             ls.allocation = compute_allocation(
@@ -249,7 +251,8 @@ def simulate_jobs(
         plan = allocate(allocator, inst, ls.allocation, jobs, st, index_of, type_index)
 
         # --- progress (execution) ---
-        prog = simulated_progress(plan, jobs, st, round_length, overhead, server, progress_rate)
+        speed = resources.speeds(plan, ls.allocation, jobs.job_ids) if resources is not None else None
+        prog = simulated_progress(plan, jobs, st, round_length, overhead, server, progress_rate, speed)
         duration = float(prog.run.max()) if prog.run.size and prog.finished.all() else round_length
         done = apply_progress(plan, prog, jobs, st, ls.now, equal_thr_floor, round_length)
         act = np.asarray(ls.active)

@@ -215,7 +215,7 @@ PREDICTION_POLICIES = ("lucid", "lucid_ageing", "qssf", "allox")
 
 def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarray, now: float,
              restart_seconds: np.ndarray, server: np.ndarray, goodput_policy: bool, *,
-             fixed_batch: bool = False, features=None) -> Instance:
+             fixed_batch: bool = False, features=None, resources: ResourceProfiles | None = None) -> Instance:
     """The round's Instance of the active jobs. ``goodput_policy``: elastic
     jobs carry their goodput models (ElasticInfo); ``fixed_batch`` (optimus):
     also their fixed batch sizes and remaining iterations (``optimus_extras``);
@@ -226,6 +226,8 @@ def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarra
     extras: dict = {}
     if features is not None:
         extras["features"] = features.iloc[act].reset_index(drop=True)
+    if resources is not None:
+        extras.update(resources.extras(act))
     if goodput_policy and jobs.any_elastic:
         from optsched.sim.goodput_jobs import elastic_info
 
@@ -375,12 +377,69 @@ class Progress:
     rate_bound: np.ndarray  # the rate gained may not exceed (rigid units; inf for elastic)
 
 
+# ---------------------------------------------------------------- CPU and memory (Synergy)
+
+
+@dataclass(frozen=True)
+class ResourceProfiles:
+    """Jobs' CPU/memory sensitivity (Synergy): per job a list of (CPUs per GPU,
+    relative speed) points, or None; the same for GB of memory per GPU. A job
+    with a profile runs at the speed its CPUs and memory give: the ``synergy``
+    policy's ``speed_factor`` (its LP), under any other policy the
+    GPU-proportional share (3 CPUs and 62.5 GB per GPU: formulations/synergy.py's
+    defaults), f_cpu(3) and f_mem(62.5) on the profiles' concave envelopes,
+    whichever is smaller. Jobs without profiles run at full speed."""
+
+    cpu: tuple
+    memory: tuple
+    proportional: np.ndarray  # (n,) speed at the GPU-proportional share
+
+    @classmethod
+    def of(cls, cpu, memory) -> "ResourceProfiles":
+        from optsched.formulations.synergy import DEFAULT_CPUS_PER_GPU, DEFAULT_MEMORY_PER_GPU, _value, envelope
+
+        from optsched.model import OptschedError
+
+        def clean(p, what, m):
+            if not isinstance(p, (list, tuple)):  # None / NaN cell: no profile
+                return None
+            pts = np.asarray(p, dtype=float)
+            if pts.ndim != 2 or pts.shape[1] != 2 or not len(pts) or not np.isfinite(pts).all() or (
+                    pts[:, 0] < 0).any() or (pts[:, 1] <= 0).any() or (pts[:, 1] > 1).any():
+                raise OptschedError(f"trace: job {m}: {what} needs [(amount per GPU >= 0, relative speed in (0, 1]), ...]")
+            return [tuple(x) for x in pts.tolist()]
+
+        cpu = [clean(p, "cpu_profile", m) for m, p in enumerate(cpu)]
+        memory = [clean(p, "memory_profile", m) for m, p in enumerate(memory)]
+        speed = np.ones(len(cpu))
+        for m, (c, r) in enumerate(zip(cpu, memory)):
+            vals = [_value(envelope(p), share) for p, share in ((c, DEFAULT_CPUS_PER_GPU), (r, DEFAULT_MEMORY_PER_GPU))
+                    if p is not None]
+            speed[m] = min(min(vals), 1.0) if vals else 1.0
+        return cls(tuple(cpu), tuple(memory), speed)
+
+    def extras(self, act: np.ndarray) -> dict:
+        idx = act.tolist()
+        return {"cpu_profile": [self.cpu[m] for m in idx], "memory_profile": [self.memory[m] for m in idx]}
+
+    def speeds(self, plan: Plan, allocation, job_ids) -> np.ndarray:
+        """(units,) speed factor of each unit of this round's plan."""
+        out = self.proportional[plan.m].copy()
+        given = (getattr(allocation, "explanation", None) or {}).get("speed_factor")
+        if given:
+            for i, m in enumerate(plan.m.tolist()):
+                if job_ids[m] in given:
+                    out[i] = given[job_ids[m]]
+        return out
+
+
 def simulated_progress(plan: Plan, jobs: JobArrays, st: SimState, round_length: float, restart_overhead: np.ndarray,
-                       server: np.ndarray, progress_rate=None) -> Progress:
+                       server: np.ndarray, progress_rate=None, speed: np.ndarray | None = None) -> Progress:
     """Simulated execution of one round. Rigid units advance rate × (run −
     overhead), rate = throughput × GPUs / scale factor (a packed unit: its pair
-    throughput); elastic units run their goodput model; a unit that restarts
-    first pays ``restart_overhead`` seconds (carried over rounds)."""
+    throughput) × ``speed`` (per unit: the CPU/memory speed factor, default 1);
+    elastic units run their goodput model; a unit that restarts first pays
+    ``restart_overhead`` seconds (carried over rounds)."""
     from optsched.sim.goodput_jobs import advance, choose_batch
 
     sm, stype, sn = plan.m, plan.col, plan.gpus
@@ -410,6 +469,8 @@ def simulated_progress(plan: Plan, jobs: JobArrays, st: SimState, round_length: 
                                      float(jobs.steps_total[m])))
             for m, t, c in zip(sm, stype, sn)
         ], dtype=float)
+    if speed is not None:
+        rate = rate * speed
     remaining = np.maximum(jobs.steps_total[sm] - st.steps_done[sm], 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         need = overhead + np.where(rate > 0, remaining / np.maximum(rate, 1e-300), np.inf)
