@@ -24,12 +24,13 @@ from tests.test_fuzz_snapshot import invoke
 EXPLORE = os.environ.get("OPTSCHED_HYPOTHESIS_PROFILE") == "explore"
 EXAMPLES = int(os.environ.get("FUZZ_EXPLORE", "1500")) // 5 if EXPLORE else 8
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+SIM_SECONDS = 120.0  # one simulate/compare case on the 4-job trace (compare runs two policies)
 
 NUMBERS = ["0", "-1", "nan", "inf", "-inf", "1e308", "1e-300", "x", "", "2", "100000000", "0.5", "1e7", "-0"]
 SIM_OPTIONS = {
     "--round-length": NUMBERS + ["360", "60", "1e-3", "0.01", "10000000", "10000001"],
     "--min-recompute-interval": NUMBERS + ["1920", "1e10", "1e11"],
-    "--recompute-every": NUMBERS + ["1", "3", "1000000", "1000001"],
+    "--recompute-every": NUMBERS + ["1", "3", "100000", "100001"],
     "--restart-overhead": NUMBERS + ["0", "10", "359", "360", "application"],
     "--sample": NUMBERS + ["1", "3"],
     "--window": ["0:2", "2:0", "x", "1:1", "0:100000000000", "-1:2", "0:1e3", ":"],
@@ -76,6 +77,7 @@ def sim_args(draw):
 @example(args=["--round-length", "inf", "--cluster", "v100=2"], compare=False)
 @example(args=["--round-length", "1e-300", "--cluster", "v100=2"], compare=False)
 @example(args=["--round-length", "0.01", "--cluster", "v100=2"], compare=False)  # 10^7 rounds: over the bound
+@example(args=["--round-length", "0.5", "--cluster", "v100=2"], compare=False)  # 2.8·10^5 rounds (~2 min): over it
 @example(args=["--restart-overhead", "inf", "--cluster", "v100=2"], compare=False)
 @example(args=["--restart-overhead", "1e308", "--cluster", "v100=2"], compare=False)
 @example(args=["--restart-overhead", "100000000", "--cluster", "v100=1"], compare=True)
@@ -93,11 +95,12 @@ def sim_args(draw):
 def test_fuzz_simulate_options(tiny_trace, args, compare):
     if "--cluster" in args and "--servers" in args:
         args = args[: args.index("--servers")] + args[args.index("--servers") + 2 :]
+    # an accepted run needs at most MAX_ROUNDS (100,000) rounds by its lower bound: up to a minute here, not a hang
     if compare:
         args = [a if a != "--policy" else "--policies" for a in args]
-        invoke(["compare", str(tiny_trace), "--json", "--quiet", *args], as_json=True)
+        invoke(["compare", str(tiny_trace), "--json", "--quiet", *args], as_json=True, hang_seconds=SIM_SECONDS)
     else:
-        invoke(["simulate", str(tiny_trace), "--json", "--quiet", *args], as_json=True)
+        invoke(["simulate", str(tiny_trace), "--json", "--quiet", *args], as_json=True, hang_seconds=SIM_SECONDS)
 
 
 def test_documented_simulation_limits_name_the_option(tiny_trace):

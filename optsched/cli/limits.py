@@ -19,7 +19,7 @@ from optsched.model import OptschedError
 MIN_ROUND_LENGTH = 1e-3  # seconds
 MAX_ROUND_LENGTH = 1e7  # seconds (~116 days)
 MIN_ELASTIC_ROUND_LENGTH = 1.0  # seconds: every round of elastic jobs refits goodput models
-MAX_ROUNDS = 1_000_000  # rounds one run may take (lower bound checked up front)
+MAX_ROUNDS = 100_000  # rounds one run may take (lower bound checked up front; ~0.3-1 ms a round)
 MAX_SECONDS = 1e10  # any other time option (the trace limit of arrival times and durations)
 MAX_LOAD_FACTOR = 1e6
 MAX_HYSTERESIS = 1e6  # rounds
