@@ -270,6 +270,8 @@ def _solve(doc_text, opts):
 @example(doc=base_snapshot(), opts=(["--time-limit", "0"], True, True))
 @example(doc=base_snapshot(), opts=(["--partitions", "0"], False, True))
 @example(doc=base_snapshot(), opts=(["--partitions", "1000000000"], False, True))
+@example(doc=base_snapshot(0), opts=(["--partitions", "2", "--json"], False, True))  # no jobs: min() of no partitions
+@example(doc=base_snapshot(0), opts=(["--partitions", "0"], False, False))
 @FUZZ
 @given(doc=mutated_snapshot(), opts=solve_options())
 def test_fuzz_solve_cli(doc, opts):

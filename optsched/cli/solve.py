@@ -65,13 +65,18 @@ def solve(
 
         _module(policy)  # an unknown policy is named before its options
         options.update(parse_policy_options(policy, policy_option))
-    if partitions != 1:
+    if partitions != 1 and snap.jobs:  # (no jobs: nothing to split; the plain solve, after the range check)
         from optsched.model import Instance
         from optsched.pop import solve_partitioned
 
         alloc = solve_partitioned(Instance.from_snapshot(snap), policy, partitions, solver=solver,
                                   time_limit=time_limit, **options)
     else:
+        if partitions != 1:
+            from optsched.cli.limits import number
+            from optsched.pop import MAX_PARTITIONS
+
+            number("--partitions", partitions, 1, MAX_PARTITIONS)
         alloc = solve_policy(snap, policy=policy, solver=solver, time_limit=time_limit, **options)
     out = alloc.to_dict()
     # Honest timings: parsing is the caller's cost too, and never hides in another field.
