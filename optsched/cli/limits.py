@@ -63,9 +63,10 @@ def number(option: str, value, lo: float | None = None, hi: float | None = None,
 
 
 def check_seed(value: int | None, option: str = "--seed") -> None:
-    """Seeds of the trace generators and samplers feed numpy's SeedSequence: an integer in [0, 2^128)."""
-    if value is not None and not 0 <= value < 2**128:
-        raise OptschedError(f"{option}: must be an integer from 0 to 2^128 - 1, got {value}")
+    """Seeds feed numpy's SeedSequence (no negatives) and land in int64 table columns (sweep's
+    results.parquet): an integer in [0, 2^63)."""
+    if value is not None and not 0 <= value < 2**63:
+        raise OptschedError(f"{option}: must be an integer from 0 to 2^63 - 1, got {value}")
 
 
 # --------------------------------------------------------------------------
