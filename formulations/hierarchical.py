@@ -45,7 +45,8 @@ def allocate(
     agnostic: bool = False,
     packing: bool = False,
     max_rounds: int | None = None,
+    warm_levels: bool = True,
 ) -> Allocation:
     no_packing(policy, packing)
     A0 = normalized_throughput(inst, agnostic) * inst.weight[:, None]
-    return water_fill(inst, policy, A0, tenant_weights(inst), solver, time_limit, max_rounds)
+    return water_fill(inst, policy, A0, tenant_weights(inst), solver, time_limit, max_rounds, warm_levels)

@@ -64,11 +64,12 @@ def allocate(
     packing: bool = False,
     weights: Callable[[np.ndarray], np.ndarray] | None = None,
     max_rounds: int | None = None,
+    warm_levels: bool = True,
 ) -> Allocation:
     no_packing(policy, packing)
     A0 = normalized_throughput(inst, agnostic) * inst.weight[:, None]  # unweighted share
     weights = weights or (lambda frozen: inst.weight)
-    return water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds)
+    return water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds, warm_levels)
 
 
 def round_lp(inst: Instance, A0: np.ndarray, w: np.ndarray, frozen: np.ndarray, level: np.ndarray, full=None):
@@ -99,7 +100,7 @@ def saturated(inst: Instance, A0: np.ndarray, frozen: np.ndarray, level: np.ndar
     return np.where(at_max, np.argmax(A, axis=1), -1)
 
 
-def _solve_round(lp, backend: str, deadline: float, warm):
+def _solve_round(lp, backend: str, deadline: float, warm, shortcuts: bool = True):
     """One round's LP. Consecutive rounds differ by a few frozen rows, so the
     previous round's prices are nearly optimal: a crossover from them
     (solvers/block_exact.py) certifies the new optimum in a master solve or
@@ -107,7 +108,7 @@ def _solve_round(lp, backend: str, deadline: float, warm):
     not always all of them: a stuck job missed waits a round, at the same
     level. Without a warm start, or when the crossover declines, the IPM
     with interior duals, which freeze every stuck job at once."""
-    if backend in ("auto", "ipm"):
+    if backend in ("auto", "ipm") and shortcuts:
         sol = block_exact.uncongested(lp)
         if sol is None and warm is not None:
             sol = block_exact.crossover(lp, warm[0], warm[1], WARM_SLACK, deadline)
@@ -116,7 +117,9 @@ def _solve_round(lp, backend: str, deadline: float, warm):
     return block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True)
 
 
-def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -> Allocation:
+def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None, warm_levels=True) -> Allocation:
+    """``warm_levels=False`` solves every round cold (the IPM with interior duals): the
+    same leximin shares, for measuring what the warm rounds save."""
     t_start = time.perf_counter()
     n = inst.n
     frozen = np.zeros(n, dtype=bool)
@@ -136,7 +139,7 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None) -
         full = saturated(inst, A0, frozen, level)
         lp = round_lp(inst, A0, w, frozen, level, full)
         build_seconds += time.perf_counter() - t0
-        sol = _solve_round(lp, backend, deadline, warm)
+        sol = _solve_round(lp, backend, deadline, warm if warm_levels else None, warm_levels)
         solver_seconds += sol.seconds
         rounds += 1
         if not sol.ok:
