@@ -42,7 +42,7 @@ import numpy as np
 from optsched.formulations.base import base_lp, fallback_allocation, no_packing
 from optsched.formulations.max_min_fairness import normalized_throughput
 from optsched.model import Allocation, Instance
-from optsched.solvers import block_backend, block_exact, block_lp
+from optsched.solvers import block_backend, block_lp
 
 # A job is stuck when its multiplier, scaled to mean 1 over the unfrozen jobs,
 # exceeds STUCK_DUAL. CLARABEL's noise on the multipliers of jobs that can rise
@@ -50,9 +50,6 @@ from optsched.solvers import block_backend, block_exact, block_lp
 # is smaller is simply not frozen yet: the next round cannot raise t past it,
 # and freezes it then at the same level (one extra LP, same result).
 STUCK_DUAL = 1e-3
-# How far (relative) a type's cost may be from a job's cheapest and still make
-# the job a candidate for two types, when the previous round's prices start the next.
-WARM_SLACK = 1e-3
 
 
 def allocate(
@@ -100,23 +97,6 @@ def saturated(inst: Instance, A0: np.ndarray, frozen: np.ndarray, level: np.ndar
     return np.where(at_max, np.argmax(A, axis=1), -1)
 
 
-def _solve_round(lp, backend: str, deadline: float, warm, shortcuts: bool = True):
-    """One round's LP. Consecutive rounds differ by a few frozen rows, so the
-    previous round's prices are nearly optimal: a crossover from them
-    (solvers/block_exact.py) certifies the new optimum in a master solve or
-    two. Its vertex duals prove stuck jobs too (complementary slackness), if
-    not always all of them: a stuck job missed waits a round, at the same
-    level. Without a warm start, or when the crossover declines, the IPM
-    with interior duals, which freeze every stuck job at once."""
-    if backend in ("auto", "ipm") and shortcuts:
-        sol = block_exact.uncongested(lp)
-        if sol is None and warm is not None:
-            sol = block_exact.crossover(lp, warm[0], warm[1], WARM_SLACK, deadline)
-        if sol is not None:
-            return sol
-    return block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True)
-
-
 def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None, warm_levels=True) -> Allocation:
     """``warm_levels=False`` solves every round cold (the IPM with interior duals): the
     same leximin shares, for measuring what the warm rounds save."""
@@ -139,7 +119,13 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None, w
         full = saturated(inst, A0, frozen, level)
         lp = round_lp(inst, A0, w, frozen, level, full)
         build_seconds += time.perf_counter() - t0
-        sol = _solve_round(lp, backend, deadline, warm if warm_levels else None, warm_levels)
+        # Consecutive rounds differ by a few frozen rows: the previous round's prices
+        # start a crossover to this one's optimum (large programs; block_lp.solve).
+        # Its vertex duals prove stuck jobs too (complementary slackness), if not
+        # always all of them: a stuck job missed waits a round, at the same level.
+        # Cold rounds: interior duals, which freeze every stuck job at once.
+        sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True,
+                             warm=warm if warm_levels else None)
         solver_seconds += sol.seconds
         rounds += 1
         if not sol.ok:

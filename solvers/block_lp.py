@@ -111,12 +111,16 @@ class BlockSolution:
     info: dict = field(default_factory=dict)
 
 
-def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior: bool = False) -> BlockSolution:
+def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior: bool = False,
+          warm: tuple[np.ndarray, float] | None = None) -> BlockSolution:
     """Solve; never raises for solver trouble (ok=False and a message instead).
     Identical rows are merged first (exact, see identical_rows). ``seconds``
     excludes loading the backend's modules in a cold process, reported apart
     as ``info["import_seconds"]``. ``interior=True`` asks for strictly
-    complementary duals (water filling reads them): no crossover to a vertex."""
+    complementary duals (water filling reads them): no crossover to a vertex
+    from the IPM's own iterate. ``warm`` = (prices per type, level) of a
+    similar program solved before (the previous water-filling round): large
+    programs of the max-min family then try a crossover from them first."""
     import dataclasses
 
     if backend not in BLOCK_BACKENDS:
@@ -129,7 +133,7 @@ def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior
             target, expand = _merged(lp, classes, counts), (inverse, counts)
     backend = _chosen(target, backend)
     imports = _load_backend(backend)
-    sol = _solve(target, backend, time_limit, t0 + imports, interior)
+    sol = _solve(target, backend, time_limit, t0 + imports, interior, warm)
     if expand is not None:
         sol = _expand(sol, *expand, t0 + imports)
     return dataclasses.replace(sol, info={**sol.info, "import_seconds": imports}) if imports else sol
@@ -158,16 +162,18 @@ def _load_backend(backend: str) -> float:
     return time.perf_counter() - t0
 
 
-def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bool = False) -> BlockSolution:
+def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bool = False, warm=None) -> BlockSolution:
     if backend == "ipm" and lp.pairs is None:
         from optsched.solvers import block_exact
 
+        deadline = t0 + time_limit
         shortcut = block_exact.applicable(lp)
         with np.errstate(all="ignore"):
             sol = block_exact.uncongested(lp) if shortcut else None
+            if sol is None and shortcut and warm is not None:
+                sol = block_exact.crossover(lp, warm[0], warm[1], WARM_SLACK, deadline)
         if sol is not None:
             return sol
-        deadline = t0 + time_limit
         cross = None
         if shortcut and not interior:
             cross = lambda price, level, slack: block_exact.crossover(lp, price, level, slack, deadline)  # noqa: E731
@@ -345,6 +351,9 @@ ACCEPT_MERIT = 100.0
 # Crossover (solvers/block_exact.py) starts once every residual, in units of the
 # gap tolerance, is below this: ~2/3 of the iterations, prices good to ~1e-3.
 CROSSOVER_GAP = 1e-3
+# Candidates for two types, from a warm start's prices: types within this
+# relative cost of a job's cheapest (consecutive water-filling rounds: ~1e-3 apart).
+WARM_SLACK = 1e-3
 
 
 @dataclass

@@ -28,9 +28,10 @@ def shares(inst, alloc) -> np.ndarray:
 @pytest.mark.parametrize("module", [water_filling, hierarchical])
 def test_warm_rounds_give_the_cold_leximin_shares(module, seed):
     rng = np.random.default_rng(seed)
-    # Sizes and loads where many rounds are warm (measured: 25-170 crossovers per instance).
-    n, k = int(rng.integers(300, 800)), int(rng.integers(2, 6))
-    inst = rigid(n, k, seed, tenants=int(rng.integers(2, 6)), gpus_per_job=float(rng.choice([0.3, 0.5, 1.0])))
+    # Large enough for the IPM path (warm starts apply above AUTO_IPM_ENTRIES), loads where
+    # many rounds are warm (measured: 30-230 crossovers per instance).
+    n, k = int(rng.integers(700, 1000)), int(rng.choice([4, 5]))
+    inst = rigid(n, k, seed, tenants=int(rng.integers(2, 6)), gpus_per_job=float(rng.choice([0.7, 1.0])))
     warm = module.allocate(inst, warm_levels=True)
     cold = module.allocate(inst, warm_levels=False)
     assert warm.status == cold.status == "optimal"
