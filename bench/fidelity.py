@@ -1,6 +1,7 @@
 """Fidelity against the peers' published numbers (prints tables).
 
-    python bench/fidelity.py [--only gavel|tiresias|static|packing|pollux|sia] [--rates 2.0,...] [--jobs 5000] [--load 0.5,1,2]
+    python bench/fidelity.py [--only gavel|tiresias|static|packing|pollux|sia] [--rates 2.0,...] [--jobs 5000]
+        [--seeds 0,1,2] [--multi-gpu] [--load 0.5,1,2] [--pollux-policies pollux,tiresias,optimus]
 
 Sections (functions ``gavel``, ``tiresias``; more are added as sections):
 
@@ -31,8 +32,14 @@ Sections (functions ``gavel``, ``tiresias``; more are added as sections):
   FIFO has no "Perf" in its name). Makespan next to the 182 h the issue cites
   for Gavel's FIFO, migrations per run and the most any job moved. Rows:
   ``fifo`` (re-picks the fastest type with room at every decision, Gavel's
-  FIFO_Perf) and ``fifo sticky`` (a running job keeps its type and is never
-  preempted, as Gavel's base FIFOPolicy keeps its allocation).
+  FIFO_Perf), ``fifo sticky`` (a running job keeps its type and is never
+  preempted, as Gavel's base FIFOPolicy keeps its allocation) and
+  ``fifo_gavel_base`` (bench-only emulation of what Gavel's base FIFOPolicy —
+  the ``fifo`` that ``run_sweep_static.py -p fifo`` runs — does as its code is
+  written: every job of the static trace is allocated to V100 and the 100 jobs
+  time-share the 36 V100s; see ``GavelBaseFifo``). Measured, seeds 0–2:
+  fifo 149.2 / 155.1 / 163.4 h (mean 155.9 h, −14 %), fifo_gavel_base
+  161.7 / 175.5 / 189.0 h (mean 175.4 h, −3.6 %) against 182 h.
 - packing: space sharing (Gavel §3.1) — a Gavel-style single-GPU stream with
   job types from ``simulation_throughputs.json``, max_min_fairness with and
   without ``packing=True`` (pairs from the table's pair throughputs), same
@@ -93,7 +100,16 @@ def gavel_point(rate: float, policy: str, seed: int = 0, n_jobs: int = 5000, win
             break
         n = int(np.ceil(rate * r.summary.get("end_time", 0) / 3600 * 1.25)) + 500 if "end_time" in r.summary else 2 * n
     r.summary["generated_jobs"] = n  # arrivals_ended_before_window stays True when the point did not converge
+    r.summary["window_mean_duration_h"] = float(trace.jobs["duration"].iloc[window[0]:window[1]].mean() / 3600)
     return r, time.perf_counter() - t0
+
+
+# E[duration on the reference V100] of Gavel's generator: 60·10^U(1.5, 3) s w.p. 0.8, else 60·10^U(3, 4) s
+# (traces/generate.py), E[10^U(a, b)] = (10^b − 10^a) / ((b − a) ln 10): 16.77 h. A window of 1,000 jobs
+# has a sample mean of 14.8–17.4 h over seeds 0–4 (the long tail), and the aware LAS's JCT follows it
+# (JCT/duration 0.99–1.01 at 2 jobs/h), so a single sample — Gavel's published seed-0 point — is
+# compared best through JCT/duration × E[duration].
+GAVEL_MEAN_DURATION_H = 60 * (0.8 * (1e3 - 10**1.5) / (1.5 * np.log(10)) + 0.2 * (1e4 - 1e3) / np.log(10)) / 3600
 
 
 def spread(xs) -> str:
@@ -118,19 +134,25 @@ def gavel(rates=(2.0, 2.6, 3.0), seed: int = 0, n_jobs: int = 5000, seeds=None, 
     rows = []
     t = Table(title=f"Gavel continuous arrivals{' (multi-GPU)' if multi_gpu else ''}, 36:36:36 v100/p100/k80, "
                     f"window jobs {window[0]}–{window[1] - 1}, seeds {','.join(map(str, seeds))}", header_style="bold")
-    for c in ("jobs/h", "policy", "avg JCT (h), mean ± half-range", "published (h)", "mean/published",
-              "agnostic/aware", "published ratio", "wall (s)"):
+    for c in ("jobs/h", "policy", "avg JCT (h), mean ± half-range", "JCT/duration", "× E[duration] (h)",
+              "published (h)", "mean/published", "normalized/published", "agnostic/aware", "published ratio",
+              "wall (s)"):
         t.add_column(c, justify="right")
     for rate in rates:
         jct = {p: [] for p in ("max_min_fairness", "max_min_fairness_agnostic")}
+        slow = {p: [] for p in jct}
         walls = []
         for sd in seeds:
             for policy in jct:
                 r, wall = gavel_point(rate, policy, sd, n_jobs, window, multi_gpu=multi_gpu, spread_rates=spread_rates)
                 jct[policy].append(r.summary["window_avg_jct"] / 3600)
+                slow[policy].append(jct[policy][-1] / r.summary["window_mean_duration_h"])
                 walls.append(wall)
                 rows.append({"rate": rate, "policy": policy, "seed": sd, "multi_gpu": multi_gpu,
-                             "window_avg_jct_h": jct[policy][-1], "generated_jobs": r.summary["generated_jobs"],
+                             "window_avg_jct_h": jct[policy][-1],
+                             "window_mean_duration_h": r.summary["window_mean_duration_h"],
+                             "generated_jobs": r.summary["generated_jobs"],
+                             "arrivals_ended_before_window": bool(r.summary.get("arrivals_ended_before_window")),
                              "wall_s": wall, "spread_rates": spread_rates})
                 print(rows[-1], flush=True)
         ratio = np.array(jct["max_min_fairness_agnostic"]) / np.array(jct["max_min_fairness"])
@@ -139,9 +161,11 @@ def gavel(rates=(2.0, 2.6, 3.0), seed: int = 0, n_jobs: int = 5000, seeds=None, 
         for p, xs in jct.items():
             pj = pub.get(p)
             agn = p.endswith("agnostic")
-            t.add_row(f"{rate:g}", p, spread(xs), f"{pj:.2f}" if pj else "–",
-                      f"{np.mean(xs) / pj - 1:+.1%}" if pj else "", spread(ratio) + "×" if agn else "",
-                      f"{pub_ratio:.2f}×" if pub_ratio and agn else "", f"{np.mean(walls):.1f}")
+            norm = float(np.mean(slow[p])) * GAVEL_MEAN_DURATION_H
+            t.add_row(f"{rate:g}", p, spread(xs), spread(slow[p]), f"{norm:.2f}", f"{pj:.2f}" if pj else "–",
+                      f"{np.mean(xs) / pj - 1:+.1%}" if pj else "", f"{norm / pj - 1:+.1%}" if pj else "",
+                      spread(ratio) + "×" if agn else "", f"{pub_ratio:.2f}×" if pub_ratio and agn else "",
+                      f"{np.mean(walls):.1f}")
     Console(width=200).print(t)
     return rows
 
@@ -173,7 +197,96 @@ def tiresias() -> dict:
 
 # Gavel's FIFO on the static multi-GPU trace at 100 jobs, as issue 14 cites it (hours).
 GAVEL_STATIC_FIFO_MAKESPAN_H = 182.0
-STATIC_VARIANTS = {"fifo": {}, "fifo sticky": {"sticky": True}}
+GAVEL_BASE_FIFO = "fifo_gavel_base"  # Gavel's base FIFOPolicy as its code behaves (GavelBaseFifo below)
+STATIC_VARIANTS = {"fifo": {}, "fifo sticky": {"sticky": True}, GAVEL_BASE_FIFO: {}}
+
+
+class GavelBaseFifo:
+    """What Gavel's ``fifo`` (its base FIFOPolicy, the one ``run_sweep_static.py
+    -p fifo`` runs) does as its code is written, for the static section only —
+    not a policy of optsched. Read from Gavel's ``scheduler/policies/fifo.py``
+    (described here, not copied):
+
+    - the allocation is sticky: a job keeps the type it was given until it
+      completes; a completing job's type goes to the head of the queue if the
+      head fits in what is free at that moment (the head is dropped from this
+      pass otherwise);
+    - then, while the queue is non-empty and some type has a free GPU, the head
+      is given a type. Base mode draws a random index among the types with room
+      for it but never reads it: the type assigned is the loop variable left by
+      scanning the alphabetically sorted types that have any free GPU, i.e. the
+      last of (k80, p100, v100) with a free GPU — v100 whenever it has one, even
+      when fewer than the job's scale factor. Its free count then goes negative,
+      so it is never removed from the list and every later job of the pass gets
+      v100 too (the random index only decides which type is removed when a count
+      hits exactly 0);
+    - the allocation is 1.0 on that type, so ~all 100 jobs of the static trace
+      are allocated to 36 V100s and time-share them through the round mechanism
+      (priority = allocation / rounds received; FIFO skips zero entries), while
+      P100s and K80s stay mostly idle.
+    """
+
+    def __init__(self, seed: int = 0):
+        import random
+
+        self.alloc: dict[str, int] = {}
+        self.rng = random.Random(seed)
+
+    def allocate(self, inst, policy="fifo_gavel_base", **_):
+        from optsched.model import Allocation
+
+        t0 = time.perf_counter()
+        names = list(inst.gpu_types)
+        free = {j: float(c) for j, c in enumerate(inst.capacity)}
+        sf = {jid: int(s) for jid, s in zip(inst.job_ids, inst.scale_factor)}
+        thr = {jid: row for jid, row in zip(inst.job_ids, inst.throughput)}
+        order = sorted(range(inst.n), key=lambda m: (inst.arrival_time[m], m))  # Gavel: by job id = arrival order
+        queue = [inst.job_ids[m] for m in order if inst.job_ids[m] not in self.alloc]
+        for jid in sorted(self.alloc):
+            j = self.alloc[jid]
+            if jid not in sf:  # completed: the head of the queue takes its type if it fits now
+                if queue:
+                    head = queue.pop(0)
+                    if sf[head] <= free[j]:
+                        self.alloc[head] = j
+                        free[j] -= sf[head]
+                del self.alloc[jid]
+            else:
+                free[j] -= sf[jid]
+        avail = sorted((j for j in free if free[j] > 0), key=lambda j: names[j])
+        while queue and avail:
+            head = queue.pop(0)
+            fits = [i for i, j in enumerate(avail) if free[j] >= sf[head]]
+            if not fits:
+                break
+            idx = self.rng.randrange(len(fits))
+            j = avail[-1]  # the scan's leftover loop variable, not avail[fits[idx]]
+            if thr[head][j] > 0:
+                self.alloc[head] = j
+                free[j] -= sf[head]
+                if free[j] == 0:
+                    avail.pop(fits[idx])
+        X = np.zeros((inst.n, inst.k))
+        row = {jid: m for m, jid in enumerate(inst.job_ids)}
+        for jid, j in self.alloc.items():
+            X[row[jid], j] = 1.0
+        return Allocation.of(inst, policy, X, "ok", float(len(self.alloc)), time.perf_counter() - t0)
+
+
+def _register_gavel_base_fifo(seed: int) -> None:
+    """Make ``fifo_gavel_base`` a policy name for one run (fresh state per run)."""
+    import importlib.machinery
+    import types
+
+    from optsched import policy as P
+
+    name = "optsched_bench.gavel_base_fifo"  # dotted: optsched.policy takes it as a module path
+    mod = types.ModuleType(name)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    mod.allocate = GavelBaseFifo(seed).allocate
+    sys.modules[name] = mod
+    P._MODULES.pop(name, None)
+    P.register(GAVEL_BASE_FIFO, name)
 
 
 def static_trace(n_jobs: int, seed: int):
@@ -196,6 +309,8 @@ def static_point(n_jobs: int = 100, seed: int = 0, policy: str = "fifo", policy_
     from optsched.sim import simulate
 
     trace, table = static_trace(n_jobs, seed)
+    if policy == GAVEL_BASE_FIFO:
+        _register_gavel_base_fifo(seed)
     t0 = time.perf_counter()
     r = simulate(trace, {"v100": 36, "p100": 36, "k80": 36}, policy=policy, throughputs=table, round_length=360.0,
                  seed=seed, policy_options=dict(policy_options or {}),
@@ -216,7 +331,7 @@ def static(n_jobs: int = 100, seeds=(0, 1, 2)) -> list[dict]:
     for name, opts in STATIC_VARIANTS.items():
         spans, moves, most, walls = [], [], [], []
         for sd in seeds:
-            s, jobs, wall = static_point(n_jobs, sd, "fifo", opts)
+            s, jobs, wall = static_point(n_jobs, sd, name if name == GAVEL_BASE_FIFO else "fifo", opts)
             spans.append(s["makespan"] / 3600)
             moves.append(int(s["migrations"]))
             most.append(int(jobs["migrations"].max()))
@@ -264,7 +379,33 @@ def packing(jobs: int = 300, rate: float = 6.0, cluster: str = "v100=12,p100=12,
 SECTIONS = {"gavel": gavel, "tiresias": tiresias, "static": static, "packing": packing}
 
 # Elastic sections (goodput, pollux/sia policies): bench/fidelity_elastic.py.
-from fidelity_elastic import pollux, sia  # noqa: E402
+from fidelity_elastic import POLLUX_PUBLISHED, pollux as pollux_means, sia  # noqa: E402
+
+# Optimus in Pollux's simulator, 1× load, mean over workloads 1–8 (peer data README; Pollux OSDI'21).
+OPTIMUS_PUBLISHED = {1.0: 5682.0}
+
+
+def pollux(loads=(1.0,), policies=("pollux", "tiresias", "optimus"), workloads: str = "") -> dict:
+    """fidelity_elastic's Pollux section (its table of means), then avg JCT per
+    workload and the mean's gap to the published mean (Optimus included)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    res = pollux_means(workloads, policies=tuple(policies), loads=tuple(loads))
+    t = Table(title="Pollux workloads: avg JCT per workload (s)", header_style="bold")
+    for c in ("load", "policy", "per workload", "mean ± half-range", "published mean", "gap"):
+        t.add_column(c, justify="right")
+    for load in loads:
+        pub = {**POLLUX_PUBLISHED.get(load, {}), **({"optimus": OPTIMUS_PUBLISHED[load]} if load in OPTIMUS_PUBLISHED else {})}
+        for p in policies:
+            xs = np.asarray(res[f"{load:g}/{p}"])
+            pp = pub.get(p)
+            t.add_row(f"{load:g}×", p, " / ".join(f"{x:,.0f}" for x in xs),
+                      f"{xs.mean():,.0f} ± {(xs.max() - xs.min()) / 2:,.0f}", f"{pp:,.0f}" if pp else "–",
+                      f"{xs.mean() / pp - 1:+.1%}" if pp else "")
+    Console(width=200).print(t)
+    return res
+
 
 SECTIONS.update(pollux=pollux, sia=sia)
 
@@ -281,6 +422,7 @@ def main(argv=None) -> None:
                     help="gavel: spread multi-GPU jobs run at the table's *_unconsolidated rate (optsched's default; "
                          "Gavel's simulator always uses the consolidated rate, so the bench does too)")
     ap.add_argument("--load", default="1", help="pollux: relative job loads, e.g. 0.5,1,2")
+    ap.add_argument("--pollux-policies", default="pollux,tiresias,optimus", help="pollux: policies to run")
     ap.add_argument("--static-jobs", type=int, default=100, help="static: jobs in Gavel's static trace")
     a = ap.parse_args(argv)
     if not PEER.is_dir():
@@ -293,7 +435,7 @@ def main(argv=None) -> None:
         elif name == "static":
             static(a.static_jobs, seeds=tuple(int(x) for x in a.seeds.split(",")) if a.seeds else (0, 1, 2))
         elif name == "pollux":
-            pollux(loads=tuple(float(x) for x in a.load.split(",")))
+            pollux(loads=tuple(float(x) for x in a.load.split(",")), policies=a.pollux_policies.split(","))
         else:
             SECTIONS[name]()
 
