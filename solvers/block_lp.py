@@ -484,12 +484,12 @@ class _Newton:
             dx = dx - self.Binv_b * dz
         return np.where(P.allowed, dx, 0.0), dz
 
-    def solve(self, rx: np.ndarray, rz: float) -> tuple[np.ndarray, float]:
+    def solve(self, rx: np.ndarray, rz: float, refinements: int = REFINEMENTS) -> tuple[np.ndarray, float]:
         """Direct solve plus iterative refinement: near the optimum D spans many
         orders of magnitude and the elimination loses digits; the residual,
         computed with G and G' directly, wins them back."""
         dx, dz = self._direct(rx, rz)
-        for _ in range(REFINEMENTS):
+        for _ in range(refinements):
             hx, hz = self.P.GT(self.w_flat * self.P.G(dx, dz))
             ex, ez = self._direct(rx - hx - 1e-12 * dx, rz - hz)
             dx, dz = dx + ex, dz + ez
@@ -606,15 +606,15 @@ def _ipm(lp: BlockLP, deadline: float, crossover=None) -> BlockSolution:
         w = lam / s
         newton = _Newton(P, w)
 
-        def direction(rc: np.ndarray):
+        def direction(rc: np.ndarray, refinements: int = REFINEMENTS):
             t = w * (rp + rc / lam)
             tx, tz = P.GT(t)
-            dx, dz = newton.solve(-rdx - tx, -rdz - tz)
+            dx, dz = newton.solve(-rdx - tx, -rdz - tz, refinements)
             dlam = w * (P.G(dx, dz) + rp + rc / lam)
             return dx, dz, (rc - s * dlam) / lam, dlam
 
         rc_aff = -(s * lam)
-        dx, dz, ds, dl = direction(rc_aff)
+        dx, dz, ds, dl = direction(rc_aff, 0)  # the predictor only sets the centering: no refinement
         a_aff = min(_max_step(s, ds), _max_step(lam, dl))
         sigma = (_dot(s + a_aff * ds, lam + a_aff * dl) / count / mu) ** 3 if mu > 0 else 0.0
         dx, dz, ds, dl = direction(rc_aff - ds * dl + sigma * mu)
