@@ -153,7 +153,9 @@ SWEEP_OPTIONS = {
 
 @st.composite
 def sweep_args(draw):
-    keys, args = draw_options(draw, SWEEP_OPTIONS)
+    # auto's look-ahead runs take tens of seconds on a loaded machine: explored, not in the bounded CI profile
+    keys, args = draw_options(draw, SWEEP_OPTIONS if EXPLORE else
+                              {k: v for k, v in SWEEP_OPTIONS.items() if not k.startswith("--auto")})
     if "--jobs" not in keys:
         args += ["--jobs", "3"]
     if "--cluster" not in keys:
