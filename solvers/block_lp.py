@@ -217,7 +217,7 @@ def identical_rows(lp: BlockLP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if lp.lower is not None:
         cols.append(np.asarray(lp.lower, dtype=float)[:, None])
     key = np.concatenate(cols, axis=1)
-    order = np.lexsort(key.T[::-1])
+    order = _row_order(key)
     ordered = key[order]
     new = np.empty(n, dtype=bool)
     new[0] = True
@@ -226,6 +226,31 @@ def identical_rows(lp: BlockLP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inverse[order] = np.cumsum(new) - 1
     starts = np.flatnonzero(new)
     return order[starts], inverse, np.diff(np.append(starts, n))
+
+
+def _row_order(key: np.ndarray) -> np.ndarray:
+    """An order of the rows that puts equal rows next to each other: by a
+    random projection (one float sort, ~4× a lexsort over every column), then
+    by every column within the rare runs of equal projections (different
+    rows that round to the same projection must not split a group of equal
+    ones). Summed column by column, so equal rows project to bit-equal floats
+    whatever their memory alignment."""
+    weights = np.random.default_rng(12345).uniform(0.5, 1.5, key.shape[1])
+    projection = np.zeros(len(key))
+    for c in range(key.shape[1]):
+        projection += key[:, c] * weights[c]
+    order = np.argsort(projection, kind="stable")
+    p = projection[order]
+    tie = p[1:] == p[:-1]
+    mixed = tie & (key[order[1:]] != key[order[:-1]]).any(axis=1)
+    if mixed.any():
+        starts = np.flatnonzero(np.diff(np.r_[False, tie, False].astype(np.int8)) == 1)
+        ends = np.flatnonzero(np.diff(np.r_[False, tie, False].astype(np.int8)) == -1) + 1
+        for a, b in zip(starts, ends):
+            if mixed[a : b - 1].any():
+                run = order[a:b]
+                order[a:b] = run[np.lexsort(key[run].T[::-1])]
+    return order
 
 
 def _merged(lp: BlockLP, first: np.ndarray, counts: np.ndarray) -> BlockLP:

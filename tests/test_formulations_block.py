@@ -450,3 +450,24 @@ def test_solve_path_never_imports_cvxpy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_identical_rows_are_exactly_the_equal_rows():
+    """Classes from the projection sort equal np.unique's, also when different
+    rows round to the same projection (values a few ulps apart)."""
+    from optsched.solvers.block_lp import BlockLP, identical_rows
+
+    rng = np.random.default_rng(5)
+    for trial in range(20):
+        n, k = int(rng.integers(2, 400)), int(rng.integers(1, 6))
+        base = rng.choice([0.0, 1.0, 3.0, 0.1 + 0.2], (max(1, n // 4), k))  # few distinct rows
+        A = base[rng.integers(0, len(base), n)].copy()
+        near = rng.random(n) < 0.1
+        A[near] = np.nextafter(A[near], np.inf)  # ulp neighbours
+        S = rng.choice([1.0, 2.0], n)
+        lp = BlockLP(A=A, S=S, W=np.ones(k), allowed=A > 0, g=np.ones(n), c_z=1.0)
+        first, inverse, counts = identical_rows(lp)
+        key = np.concatenate([A, (A > 0).astype(float), S[:, None]], axis=1)
+        assert len(counts) == len(np.unique(key, axis=0))
+        assert np.array_equal(key[first][inverse], key)  # every row equals its class's first row
+        assert counts.sum() == n
