@@ -376,6 +376,10 @@ ACCEPT_MERIT = 100.0
 # Crossover (solvers/block_exact.py) starts once every residual, in units of the
 # gap tolerance, is below this: ~2/3 of the iterations, prices good to ~1e-3.
 CROSSOVER_GAP = 1e-3
+# Candidates for two types at the hand-over: types within this many gaps of a
+# job's cheapest (measured, max-min 10k-100k x 5 congested: 3 misses the optimum's
+# split jobs at 10k and the IPM goes on; 30 makes the master 20 % slower at 100k).
+CROSSOVER_SLACK = 10.0
 # Candidates for two types, from a warm start's prices: types within this
 # relative cost of a job's cheapest (consecutive water-filling rounds: ~1e-3 apart).
 WARM_SLACK = 1e-3
@@ -614,7 +618,7 @@ def _ipm(lp: BlockLP, deadline: float, crossover=None) -> BlockSolution:
         if crossover is not None and merit * GAP_TOL <= CROSSOVER_GAP:
             gap = abs(pobj - dobj) / (1.0 + abs(pobj))
             _, _, _, cap = P.split(lam)
-            vertex = crossover(cap / np.maximum(np.asarray(lp.W, dtype=float), 1e-300), z, max(1e-4, 30.0 * gap))
+            vertex = crossover(cap / np.maximum(np.asarray(lp.W, dtype=float), 1e-300), z, max(1e-4, CROSSOVER_SLACK * gap))
             if vertex is not None:
                 return dataclasses.replace(vertex, seconds=time.perf_counter() - t0, iterations=it)
             crossover = None  # once: the iterations go on
