@@ -168,17 +168,14 @@ def simulate(
     elastic = elastic_rows(trace)
     if cluster is None:
         cluster = parse_cluster(None, DEFAULT_ELASTIC_SERVERS) if elastic.all() else DEFAULT_CLUSTER
-    if isinstance(cluster, str):
-        cluster = parse_cluster(cluster)
-    elif isinstance(cluster, dict):
-        cluster = Cluster(gpus=cluster)
+    cluster = _cluster(cluster, parse_cluster)
     if throughputs is not None and not isinstance(throughputs, ThroughputTable):
         throughputs = read_throughputs(throughputs)
     try:
         cfg = SimConfig(policy=policy, **config)
     except TypeError as e:
         raise OptschedError(f"simulate: {e}") from None
-    cfg.validate()
+    cfg.validate(bool(elastic.any()))  # the documented limits (optsched.sim.limits); the rounds bound once jobs resolve
     check_run(trace, policy, cfg.solver, cfg.packing, throughputs, cfg.allocator_options, cfg.placement)
     if elastic.any():
         cluster = with_servers(cluster)
@@ -235,6 +232,23 @@ def simulate(
     config_out = {"policy": policy, "cluster": dict(cluster.gpus), "trace": trace.source, "format": trace.format,
                   **{k: v for k, v in cfg.__dict__.items() if k != "policy"}, "round_length": info["round_length"]}
     return SimResult(jdf, rdf, summary, config_out)
+
+
+def _cluster(cluster, parse_cluster) -> Cluster:
+    """A Cluster from simulate's ``cluster`` argument; a size over the documented limits is a one-line
+    OptschedError naming the field (``cluster.gpus: ...``), not a pydantic traceback."""
+    from pydantic import ValidationError
+
+    from optsched.model import _format_validation_error
+
+    try:
+        if isinstance(cluster, str):
+            return parse_cluster(cluster)
+        if isinstance(cluster, dict):
+            return Cluster(gpus=cluster)
+    except ValidationError as e:
+        raise OptschedError(_format_validation_error(e).replace("invalid snapshot: ", "cluster.", 1)) from None
+    return cluster
 
 
 def time_unit(jobs: pd.DataFrame) -> str:

@@ -49,6 +49,7 @@ import numpy as np
 
 from optsched.model import Cluster, OptschedError
 from optsched.sim.jobs import JobArrays
+from optsched.sim.limits import check_job_rounds, check_sim_options, default_round_length
 from optsched.sim.policy_step import ClassSolveCache, compute_allocation
 from optsched.sim.stages import (
     PER_ROUND_POLICIES, ROUND_COLUMNS, ActiveSet, LoopState, SimState, admit, allocate, apply_progress, instance,
@@ -101,22 +102,14 @@ class SimConfig:
     loss_threshold: float | None = None  # end a job whose loss is within this relative distance of its final loss (stages.loss_termination)
     allocator_options: dict = field(default_factory=dict)  # Allocator keywords: queue, type_order, work_conserving
 
-    def validate(self) -> None:
-        if self.round_length is not None and not self.round_length > 0:
-            raise OptschedError(f"--round-length: must be positive, got {self.round_length:g}")
+    def validate(self, elastic: bool = False) -> None:
+        """Every option against its documented range (optsched.sim.limits; ``elastic``: the jobs include
+        elastic ones, whose rounds are at least 1 s); one-line OptschedError naming the option."""
+        if isinstance(self.restart_overhead, str) and self.restart_overhead != "application":
+            raise OptschedError(f"--restart-overhead: {self.restart_overhead!r} is not a number of seconds or 'application'")
+        check_sim_options(self.__dict__, elastic)
         if self.admission not in ADMISSION:
             raise OptschedError(f"--admission: unknown {self.admission!r} (choose from {', '.join(ADMISSION)})")
-        if isinstance(self.restart_overhead, str):
-            if self.restart_overhead != "application":
-                raise OptschedError(f"--restart-overhead: {self.restart_overhead!r} is not a number of seconds or 'application'")
-        elif self.restart_overhead is not None and not self.restart_overhead >= 0:
-            raise OptschedError(f"--restart-overhead: must be >= 0, got {self.restart_overhead:g}")
-        if not self.min_recompute_interval >= 0:
-            raise OptschedError(f"--min-recompute-interval: must be >= 0, got {self.min_recompute_interval:g}")
-        if self.recompute_every is not None and self.recompute_every < 1:
-            raise OptschedError(f"--recompute-every: must be >= 1 round, got {self.recompute_every}")
-        if not self.load_factor > 0:
-            raise OptschedError(f"--load-factor: must be positive, got {self.load_factor:g}")
         if self.load_factor != 2.0 and self.admission != "load":
             raise OptschedError("--load-factor: applies only with --admission load")
         if not self.time_limit > 0:
@@ -133,7 +126,7 @@ class SimConfig:
                                 f"(choose from {', '.join(ALLOCATOR_OPTIONS)})")
 
     def resolved_round_length(self, elastic: bool) -> float:
-        return self.round_length if self.round_length is not None else (60.0 if elastic else 360.0)
+        return self.round_length if self.round_length is not None else default_round_length(elastic)
 
 
 def restart_seconds(config: SimConfig, jobs: JobArrays, multi_type: bool) -> np.ndarray:
@@ -165,7 +158,8 @@ def simulate_jobs(
     from optsched.sim.goodput_jobs import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
     from optsched.sim.jobs import server_gpus
 
-    config.validate()
+    config.validate(jobs.any_elastic)
+    check_job_rounds(jobs, cluster, config)  # before the first round: a run over the bound is refused, not started
     solver = config.solver  # "auto": optsched.policy picks the backend per problem
     round_length = config.resolved_round_length(jobs.any_elastic)
     allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=round_length,

@@ -225,8 +225,34 @@ def validate(spec: SweepSpec) -> None:
 
     trace = build_trace(spec.trace, spec.trace_options, spec.loads[0], spec.seeds[0])
     table = throughput_table(spec.trace_options, spec.options)
+    from optsched.sim.jobs import elastic_rows
+    from optsched.sim.limits import check_sim_options
+
+    check_sim_options(spec.options, elastic=bool(elastic_rows(trace).any()), flag=_set_flag)
     sim_opts = {k: spec.options[k] for k in ("solver", "packing", "allocator_options", "placement") if k in spec.options}
     for p in spec.policies:
         for cand in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto" else [p]):
             check_run(trace, cand, sim_opts.get("solver", "auto"), sim_opts.get("packing", False), table,
                       sim_opts.get("allocator_options"), sim_opts.get("placement", "consolidated"))
+    check_sweep_rounds(spec, trace, table)
+
+
+def _set_flag(key: str) -> str:
+    return f"--set {key}"
+
+
+def check_sweep_rounds(spec: SweepSpec, trace=None, table=None) -> None:
+    """The rounds bound (optsched.sim.limits) on the sweep's first trace, for every cluster shape (job
+    lengths do not depend on the load): a run over the bound is refused before any run starts."""
+    from optsched.sim import DEFAULT_CLUSTER, DEFAULT_ELASTIC_SERVERS
+    from optsched.sim.jobs import elastic_rows, parse_cluster
+    from optsched.sim.limits import check_rounds
+    from optsched.sweep.traces import build_cluster, build_trace, throughput_table
+
+    if trace is None:
+        trace = build_trace(spec.trace, spec.trace_options, spec.loads[0], spec.seeds[0])
+        table = throughput_table(spec.trace_options, spec.options)
+    for c in spec.clusters:
+        cluster = build_cluster(c) or (parse_cluster(None, DEFAULT_ELASTIC_SERVERS) if elastic_rows(trace).all()
+                                       else parse_cluster(DEFAULT_CLUSTER))
+        check_rounds(trace, cluster, table, {**spec.options, "seed": spec.seeds[0]}, flag=_set_flag)
