@@ -210,3 +210,65 @@ def test_elastic_jobs_get_configurations_and_iteration_times_refit_their_model()
     spec = s.job(ran)["spec"]["goodput"]
     assert spec["grad_sqr"] == 1.5 and spec["perf_params"]["t4"] != gp["perf_params"]["t4"]
     assert 1.0 <= spec["perf_params"]["t4"][6] <= 10.0
+
+
+def test_goodput_policy_lists_match_the_simulators():
+    from optsched.sim.goodput_jobs import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
+
+    assert session_module.GOODPUT_POLICIES == set(GOODPUT_POLICIES)
+    assert session_module.FIXED_BATCH_POLICIES == set(FIXED_BATCH_POLICIES)
+
+
+ELASTIC_CLUSTER = {"gpus": {"t4": 8}, "servers": [{"id": "n0", "gpu_type": "t4", "gpus": 4},
+                                                  {"id": "n1", "gpu_type": "t4", "gpus": 4}]}
+ELASTIC_GP = {"perf_params": {"t4": [0.05, 0.001, 0.2, 0.01, 0.05, 0.002, 2.0]}, "grad_sqr": 2.0, "grad_var": 30.0,
+              "init_batch_size": 128, "max_batch_size": 2048, "local_bsz": [8, 256], "max_gpus": 8}
+ITERATIONS = [{"gpu_type": "t4", "nodes": 1, "replicas": 4, "local_bsz": 32, "step_time": 0.2, "sync_time": 0.05},
+              {"gpu_type": "t4", "nodes": 1, "replicas": 2, "local_bsz": 64, "step_time": 0.3, "sync_time": 0.04},
+              {"gpu_type": "t4", "nodes": 2, "replicas": 8, "local_bsz": 16, "step_time": 0.25, "sync_time": 0.12}]
+
+
+def _batch_sizes(s):
+    return {j: b["batch_size"] for j, b in s.allocation().explanation["batch_size"].items()}
+
+
+def test_optimus_sessions_keep_each_jobs_batch_size_and_refit_like_the_simulator():
+    """optimus chooses GPU counts only: every elastic job runs at the batch size it was submitted
+    with (init_batch_size) whatever its GPUs, while pollux on the same jobs grows the batch; the
+    reported iterations refit its model, as in the simulator."""
+    jobs = [{"id": "e0", "throughput": {"t4": 1.0}, "goodput": ELASTIC_GP, "steps_total": 1000.0, "arrival_time": 0.0},
+            {"id": "e1", "throughput": {"t4": 1.0}, "goodput": {**ELASTIC_GP, "init_batch_size": 64},
+             "steps_total": 5000.0, "arrival_time": 0.0},
+            {"id": "r0", "throughput": {"t4": 2.0}, "steps_total": 500.0, "arrival_time": 0.0}]
+    pollux = Session.create({"cluster": ELASTIC_CLUSTER, "policy": "pollux", "round_length": 60.0})
+    pollux.submit(jobs)
+    pollux.next_round()
+    assert any(b > {"e0": 128, "e1": 64}[j] for j, b in _batch_sizes(pollux).items())  # pollux adapts batch sizes
+
+    s = Session.create({"cluster": ELASTIC_CLUSTER, "policy": "optimus", "round_length": 60.0})
+    s.submit(jobs)
+    r = s.next_round()
+    assert {"e0", "e1"} <= set(r["placement"])
+    gpus = {j: len(r["placement"][j]) for j in ("e0", "e1")}
+    # the fixed batch split over the job's GPUs (micro-batch rounded up): B <= batch < B + GPUs
+    fixed = {"e0": 128, "e1": 64}
+    for j, b in _batch_sizes(s).items():
+        assert fixed[j] <= b < fixed[j] + gpus[j], (j, b, gpus[j])
+    s.report({"job_id": "e0", "steps": 10.0, "iterations": ITERATIONS})
+    assert s.next_round()["recomputed"]  # optimus is re-decided every round, after the refit
+    spec = s.job("e0")["spec"]["goodput"]
+    assert spec["perf_params"]["t4"] != ELASTIC_GP["perf_params"]["t4"]  # refit from the reported iterations
+    assert s.job("e1")["spec"]["goodput"]["perf_params"]["t4"] == ELASTIC_GP["perf_params"]["t4"]  # nothing reported
+    for j, b in _batch_sizes(s).items():
+        assert fixed[j] <= b < fixed[j] + len(s.last_round()["placement"][j])
+
+
+def test_optimus_sessions_run_the_job_with_fewer_iterations_left_first():
+    """The convergence model's input is the iterations left at the fixed batch (steps_total - steps_done)."""
+    cluster = {"gpus": {"t4": 1}}
+    s = Session.create({"cluster": cluster, "policy": "optimus", "round_length": 60.0})
+    s.submit([{"id": "long", "throughput": {"t4": 1.0}, "goodput": ELASTIC_GP, "steps_total": 5000.0},
+              {"id": "short", "throughput": {"t4": 1.0}, "goodput": ELASTIC_GP, "steps_total": 100.0}])
+    assert list(s.next_round()["placement"]) == ["short"]
+    s.update("long", steps_total=50.0)
+    assert list(s.next_round()["placement"]) == ["long"]

@@ -55,7 +55,11 @@ from optsched.service.store import Store, StoreConflict
 log = logging.getLogger("optsched.service")
 
 FORMAT = 1
-GOODPUT_POLICIES = frozenset({"pollux", "sia"})
+# As the simulator (optsched/sim/goodput_jobs.py; a test keeps the lists equal): these policies choose
+# elastic jobs' configurations from goodput models, refit from the reported iterations; optimus keeps
+# each job's batch size fixed (at its goodput spec's init_batch_size) and chooses only GPU counts.
+GOODPUT_POLICIES = frozenset({"pollux", "sia", "optimus"})
+FIXED_BATCH_POLICIES = frozenset({"optimus"})
 MAX_OBSERVATIONS = 4096  # per job and GPU type, the newest kept
 
 
@@ -470,6 +474,8 @@ class Session:
 
         cfg = self.config
         inst = Instance.from_snapshot(self._snapshot(t))
+        if cfg.policy in FIXED_BATCH_POLICIES:
+            inst = fixed_batch_instance(inst)
         options = {"packing": True} if cfg.packing else {}
         limit = min(cfg.time_limit, self._limits.max_time_limit)
         return solve_instance(inst, cfg.policy, cfg.solver, limit, **options)
@@ -642,6 +648,22 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")
+
+
+def fixed_batch_instance(inst: Instance) -> Instance:
+    """The round's Instance with a fixed batch size per elastic job (formulations/optimus.py's
+    ``fixed_batch_size`` and ``remaining_iterations`` extras, as the simulator's stages.optimus_extras
+    sets them): the batch the job was submitted with (its goodput spec's init_batch_size, within
+    max_batch_size), and the iterations left at it: its steps left (steps are iterations at a fixed
+    batch), or 1 for a job without a length (equal remaining work, as the formulation assumes)."""
+    from dataclasses import replace
+
+    el = inst.elastic
+    if el is None or not el.is_elastic.any():
+        return inst
+    batch = np.where(el.is_elastic, np.minimum(el.init_batch_size, el.max_batch_size), np.nan)
+    left = np.where(el.is_elastic, np.nan_to_num(inst.steps_remaining, nan=1.0), np.nan)
+    return replace(inst, extras={**inst.extras, "fixed_batch_size": batch, "remaining_iterations": left})
 
 
 def _submit_request(jobs) -> SubmitJobs:
