@@ -45,6 +45,7 @@ BLOCK_BACKENDS = ("auto", "ipm", "clarabel", "highs-ipm", "highs-simplex")
 # programs stay with CLARABEL even though its interface imports scipy.sparse
 # (0.15–0.4 s in a cold process): a simulation solves thousands of them.
 AUTO_IPM_ENTRIES = 3000
+MERGE_BELOW = 0.9  # merge identical rows only when the classes are at most this fraction of the rows
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,10 @@ def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior
     target, expand = lp, None
     if lp.pairs is None and lp.n > 1:
         classes, inverse, counts = identical_rows(lp)
-        if len(counts) < lp.n:
+        # Merge when it shrinks the program: a few large classes among distinct
+        # rows gain nothing and their count·S entries worsen the IPM's scaling
+        # (100k × 3 congested: 99,071 classes, the IPM stalled merged, converged not).
+        if len(counts) <= MERGE_BELOW * lp.n:
             target, expand = _merged(lp, classes, counts), (inverse, counts)
     backend = _chosen(target, backend)
     imports = _load_backend(backend)
