@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 export OPENBLAS_NUM_THREADS ?= 1
+export OMP_NUM_THREADS ?= 1
 export OPTSCHED_PEER_DATA ?= $(abspath ../shared/data)
 
 .PHONY: demo test bench install clean

@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# One thread for BLAS and OpenMP (scikit-learn's GBDT): the tests' programs are
+# small, and a second busy process turns OpenMP's spin-waits into minutes
+# (tests/test_predict_sim_features.py: 257 s with 2 threads beside a benchmark, 10 s with 1).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 import pytest
 

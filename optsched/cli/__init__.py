@@ -60,8 +60,9 @@ def main() -> None:
 
 
 def _one_blas_thread() -> None:
-    """Small, many numpy calls gain nothing from BLAS threads, which on a busy
-    machine wait for cores; a user's OPENBLAS/OMP/MKL_NUM_THREADS still wins."""
+    """Small, many numpy calls gain nothing from BLAS or OpenMP threads (numpy,
+    scikit-learn's GBDT), which on a busy machine spin waiting for cores; a
+    user's OPENBLAS/OMP/MKL_NUM_THREADS still wins."""
     import os
 
     if any(v in os.environ for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")):
@@ -70,7 +71,7 @@ def _one_blas_thread() -> None:
         from threadpoolctl import threadpool_limits
     except ImportError:
         return
-    threadpool_limits(1, user_api="blas")
+    threadpool_limits(1)
 
 
 __all__ = ["app", "console", "err_console", "example_snapshot_text", "main", "user_errors"]
