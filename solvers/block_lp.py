@@ -45,6 +45,10 @@ BLOCK_BACKENDS = ("auto", "ipm", "clarabel", "highs-ipm", "highs-simplex")
 # programs stay with CLARABEL even though its interface imports scipy.sparse
 # (0.15–0.4 s in a cold process): a simulation solves thousands of them.
 AUTO_IPM_ENTRIES = 3000
+# A warm start (the previous water-filling round's prices) pays from this many
+# entries on (hierarchical 1,000 × 3: 107 rounds, CLARABEL ~55 ms each, the
+# crossover ~10 ms); Gavel-table rounds merge far below it and stay with CLARABEL.
+WARM_ENTRIES = 1000
 MERGE_BELOW = 0.9  # merge identical rows only when the classes are at most this fraction of the rows
 
 
@@ -135,7 +139,10 @@ def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior
         # (100k × 3 congested: 99,071 classes, the IPM stalled merged, converged not).
         if len(counts) <= MERGE_BELOW * lp.n:
             target, expand = _merged(lp, classes, counts), (inverse, counts)
+    requested = backend
     backend = _chosen(target, backend)
+    if requested == "auto" and warm is not None and target.pairs is None and target.n * target.k >= WARM_ENTRIES:
+        backend = "ipm"  # the warm crossover, then the IPM, beat CLARABEL from this size on (the IPM path tries it)
     imports = _load_backend(backend)
     sol = _solve(target, backend, time_limit, t0 + imports, interior, warm)
     if expand is not None:
