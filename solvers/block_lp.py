@@ -412,7 +412,6 @@ class _Problem:
     rows: np.ndarray  # indices of share rows
     h: np.ndarray  # right-hand side, flat
     has_z: bool
-    eye: np.ndarray = None  # (k, k)
     both: np.ndarray = None  # (n, k, k) both entries allowed, as 0/1
     AA: np.ndarray = None  # (n, k, k) A_mj A_ml, constant over the iterations
     dense: bool = False  # every entry allowed and every share row present: no scatter/gather
@@ -431,7 +430,7 @@ class _Problem:
             g=np.where(has_row, lp.g, 0.0) if lp.has_z else np.zeros(lp.n),
             Sa=np.where(allowed, np.asarray(lp.S, dtype=float)[:, None] / W[None, :], 0.0),
             qx=np.where(allowed, -lp.objective_X(), 0.0), qz=-float(lp.c_z), allowed=allowed,
-            entries=entries, rows=rows, h=h, has_z=lp.has_z, eye=np.eye(lp.k),
+            entries=entries, rows=rows, h=h, has_z=lp.has_z,
             both=(allowed[:, :, None] & allowed[:, None, :]).astype(float),
             dense=bool(allowed.all() and has_row.all()),
         )

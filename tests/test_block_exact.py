@@ -128,3 +128,28 @@ def test_not_applicable_outside_the_family():
     assert block_exact.uncongested(with_objective) is None
     negative = dataclasses.replace(lp, lower=-np.ones(50))
     assert not block_exact.applicable(negative)
+
+
+@pytest.mark.parametrize("case", ["zero-capacity type", "no capacity", "a job that can run nowhere", "a zero throughput row", "no jobs"])
+def test_ipm_path_edges_match_clarabel(case):
+    """Edges through the shortcuts and the IPM (backend "ipm" forces that path at any size):
+    the same optimum as CLARABEL, or a clean ok for an empty program."""
+    rng = np.random.default_rng(2)
+    n, k = 200, 3
+    A, S, W, allowed = rng.uniform(0.1, 3.0, (n, k)), np.ones(n), np.full(k, 30.0), np.ones((n, k), dtype=bool)
+    if case == "zero-capacity type":
+        W[0] = 0.0
+    elif case == "no capacity":
+        W[:] = 0.0
+    elif case == "a job that can run nowhere":
+        allowed[0] = False
+    elif case == "a zero throughput row":
+        A[0] = 0.0
+    elif case == "no jobs":
+        A, S, allowed = A[:0], S[:0], allowed[:0]
+    lp = BlockLP(A=A, S=S, W=W, allowed=allowed, g=np.ones(len(A)), c_z=1.0)
+    sol = block_lp.solve(lp, "ipm")
+    assert sol.ok
+    if len(A):
+        assert sol.z == pytest.approx(reference(lp).z, abs=1e-7)
+        check_primal(lp, sol, tol=1e-6)
