@@ -16,22 +16,24 @@ from optsched.model import OptschedError
 MAX_TRACE_BYTES = 1 << 30  # 1 GiB of (decompressed) text: far above any published trace
 
 
-def read_text(path: str | os.PathLike, where: str) -> str:
-    """The whole file as text (``.gz`` decompressed), or OptschedError naming what is wrong."""
+def read_bytes(path: str | os.PathLike, where: str, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the file (``.gz`` decompressed), or OptschedError:
+    a truncated .gz, a directory or an unreadable file is one line naming ``where``."""
     p = Path(path)
     try:
-        if p.suffix == ".gz":
-            with gzip.open(p, "rb") as f:
-                data = f.read(MAX_TRACE_BYTES + 1)
-        else:
-            with open(p, "rb") as f:
-                data = f.read(MAX_TRACE_BYTES + 1)
+        with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as f:
+            return f.read(limit)
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise OptschedError(f"{where}: not a valid gzip file ({str(e) or 'truncated'})") from None
     except IsADirectoryError:
         raise OptschedError(f"{where}: is a directory") from None
     except OSError as e:
         raise OptschedError(f"{where}: cannot read ({e.strerror or e})") from None
+
+
+def read_text(path: str | os.PathLike, where: str) -> str:
+    """The whole file as text (``.gz`` decompressed), or OptschedError naming what is wrong."""
+    data = read_bytes(path, where, MAX_TRACE_BYTES + 1)
     if len(data) > MAX_TRACE_BYTES:
         raise OptschedError(f"{where}: larger than the limit of {MAX_TRACE_BYTES >> 20} MiB of text")
     try:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -34,20 +32,10 @@ def detect_format(path: str | os.PathLike) -> str:
 def _first_line(p: Path) -> str:
     """The first line, read without trusting the file: a truncated .gz or
     undecodable bytes are one line naming the file."""
+    from optsched.traces.csvutil import read_bytes
+
     where = f"trace {p}"
-    try:
-        if p.suffix == ".gz":
-            with gzip.open(p, "rb") as f:
-                head = f.read(1 << 16)
-        else:
-            with open(p, "rb") as f:
-                head = f.read(1 << 16)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise OptschedError(f"{where}: not a valid gzip file ({str(e) or 'truncated'})") from None
-    except IsADirectoryError:
-        raise OptschedError(f"{where}: is a directory") from None
-    except OSError as e:
-        raise OptschedError(f"{where}: cannot read ({e.strerror or e})") from None
+    head = read_bytes(p, where, 1 << 16)
     line = head.split(b"\n", 1)[0]
     try:
         return line.decode("utf-8-sig").strip()
