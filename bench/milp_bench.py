@@ -48,18 +48,13 @@ def snapshot(seed: int, n: int, types, max_gpus: int = 32) -> dict:
 def lp_gap(inst: Instance, policy: str) -> tuple[float, float]:
     """(MILP value, LP bound) of the assignment problem for this instance."""
     from optsched.formulations import pollux, sia
-    from optsched.formulations.configurations import goodput_matrix, restart_factor, solve_assignment
+    from optsched.formulations.configurations import goodput_matrix, solve_assignment
 
     gm = goodput_matrix(inst, agnostic=(policy == "pollux" and inst.k > 1))
     if policy == "sia":
         U, _ = sia.utilities(inst, gm.goodput, gm.current, -0.5, 1.1)
     else:
-        base = pollux.fair_share_goodput(inst, gm)
-        n_servers = (inst.capacity / inst.elastic.server_gpus).sum()
-        sp = gm.goodput / base[:, None] * n_servers / inst.capacity.sum()
-        change = np.arange(sp.shape[1])[None, :] != gm.current[:, None]
-        sp = np.where(change, sp * restart_factor(inst)[:, None], sp)
-        U = np.where(gm.goodput > 0, pollux.utilities(sp, -1.0), 0.0)
+        U, _, _ = pollux.utility_matrix(inst, gm)
     a = solve_assignment(U, gm.configs, inst.capacity, time_limit=60, relax_bound=True)
     return a.objective, a.lp_bound
 

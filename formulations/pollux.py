@@ -91,14 +91,7 @@ def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time
         agnostic = inst.k > 1
     gm = goodput_matrix(inst, agnostic=agnostic)
     check_feasible(inst, gm.goodput)
-    base = fair_share_goodput(inst, gm)
-    n_servers = (inst.capacity / np.maximum(_server_gpus(inst), 1)).sum()
-    speedup = gm.goodput / base[:, None] * (n_servers / inst.capacity.sum())
-    if restart_penalty:
-        f = np.where(just_arrived(inst, gm), 1.0, restart_factor(inst))
-        change = np.arange(len(gm.configs.gpus))[None, :] != gm.current[:, None]
-        speedup = np.where(change, speedup * f[:, None], speedup)
-    U = np.where(gm.goodput > 0, inst.weight[:, None] * utilities(speedup, p), 0.0)
+    U, speedup, base = utility_matrix(inst, gm, p, restart_penalty)
     a = solve_assignment(U, gm.configs, inst.capacity, time_limit, solver, force_fallback=force_fallback,
                          start=gm.current)  # the running configurations: a warm start
     chosen = np.where(a.choice >= 0, speedup[np.arange(inst.n), np.maximum(a.choice, 0)], 0.0)
@@ -107,6 +100,22 @@ def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time
     rel = np.where(a.choice >= 0, gm.goodput[np.arange(inst.n), np.maximum(a.choice, 0)] / base, 0.0)
     return allocation_from_choice(inst, policy, gm, a, objective=mean, share=rel,
                                   extra={"speedup": chosen, "fairness_p": p, "milp_value": a.objective})
+
+
+def utility_matrix(inst: Instance, gm, p: float = -1.0, restart_penalty: bool = True):
+    """(U, speedup, fair-share goodput base): Pollux's objective per (job,
+    configuration), the weighted utility of the speedup over the fair share,
+    a restart's cost charged to every configuration but the running one
+    (none for a job that just arrived). The MILP maximizes Σ U."""
+    base = fair_share_goodput(inst, gm)
+    n_servers = (inst.capacity / np.maximum(_server_gpus(inst), 1)).sum()
+    speedup = gm.goodput / base[:, None] * (n_servers / inst.capacity.sum())
+    if restart_penalty:
+        f = np.where(just_arrived(inst, gm), 1.0, restart_factor(inst))
+        change = np.arange(len(gm.configs.gpus))[None, :] != gm.current[:, None]
+        speedup = np.where(change, speedup * f[:, None], speedup)
+    U = np.where(gm.goodput > 0, inst.weight[:, None] * utilities(speedup, p), 0.0)
+    return U, speedup, base
 
 
 def just_arrived(inst: Instance, gm) -> np.ndarray:

@@ -45,12 +45,7 @@ def milp_before(inst: Instance, policy: str) -> float:
     if policy == "sia":
         U, _ = sia.utilities(inst, gm.goodput, gm.current, -0.5, 1.1)
     else:
-        base = pollux.fair_share_goodput(inst, gm)
-        n_servers = (inst.capacity / inst.elastic.server_gpus).sum()
-        spd = gm.goodput / base[:, None] * n_servers / inst.capacity.sum()
-        change = np.arange(spd.shape[1])[None, :] != gm.current[:, None]
-        spd = np.where(change, spd * C.restart_factor(inst)[:, None], spd)
-        U = np.where(gm.goodput > 0, inst.weight[:, None] * pollux.utilities(spd, -1.0), 0.0)
+        U, _, _ = pollux.utility_matrix(inst, gm)
     m, c = np.nonzero(U > 0)
     u = U[m, c]
     n, k = U.shape[0], inst.k
