@@ -147,9 +147,8 @@ def _fit(d: _Data, demand: np.ndarray) -> np.ndarray | None:
             order = mine[np.argsort(ratio, kind="stable")]
             extra = np.cumsum(use[order, t])
             freed = np.cumsum(use[order, j])
-            fits = extra <= room
-            take = int(np.searchsorted(freed, over[j]) + 1)  # enough to clear the overload
-            take = min(take, int(fits.sum()) if fits.all() else int(np.argmin(fits)))
+            fits = int((extra <= room).sum())  # a prefix: extra only grows
+            take = min(int(np.searchsorted(freed, over[j]) + 1), fits)  # enough to clear the overload
             if take > 0:
                 on[order[:take]] = t
                 load[t] += extra[take - 1]
@@ -224,12 +223,12 @@ def _settled_master(d: _Data, single, explicit, cand, slack: float) -> _Master |
     rows = np.arange(len(d.A))
     a1 = d.A[rows, single]
     for _ in range(MAX_ROUNDS):
-        full = ~explicit & (d.g == 0) & (d.l > a1)
-        live = ~explicit & (d.g > 0)
-        m = None if full.any() else _master(d, single, explicit, cand)
-        if m is None and not full.any():
-            return None
-        if m is not None:
+        full = ~explicit & (d.g == 0) & (d.l > a1)  # a frozen row no single type can carry
+        if not full.any():
+            m = _master(d, single, explicit, cand)
+            if m is None:
+                return None
+            live = ~explicit & (d.g > 0)
             zcap = np.where(live, (a1 - d.l) / np.where(live, d.g, 1.0), np.inf)
             full = zcap <= m.z * (1 + max(slack, 1e-6)) + 1e-12
             if not full.any():
@@ -241,7 +240,7 @@ def _settled_master(d: _Data, single, explicit, cand, slack: float) -> _Master |
 
 def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray) -> _Master | None:
     """max z over the explicit jobs' columns; single-type jobs folded into the
-    capacity rows as G_j z + L_j. HiGHS's dual simplex (a vertex and its duals)."""
+    capacity rows as G_j z + L_j. HiGHS's primal simplex (a vertex and its duals)."""
     import scipy.sparse as sp
 
     from optsched.solvers.lp import solve_lp
