@@ -133,8 +133,7 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None, w
             logging.getLogger("optsched.policy").warning("%s: %s", policy, status)
             break
         X_best, t_r = sol.X.copy(), sol.z
-        X_best[full >= 0] = 0.0
-        X_best[np.flatnonzero(full >= 0), full[full >= 0]] = 1.0
+        X_best[np.flatnonzero(full >= 0), full[full >= 0]] = 1.0  # the fixed jobs (no columns in the program)
         if sol.price is not None and np.any(sol.price > 0):
             warm = (sol.price, t_r)
         elif warm is not None:  # a round set by a job's time row prices no capacity: keep the last prices
