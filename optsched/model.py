@@ -7,14 +7,20 @@ graph (DESIGN.md §2).
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
 import json
 import math
 import re
 from dataclasses import dataclass, field
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import SchemaValidator
 
 SNAPSHOT_VERSION = 1
 
@@ -243,21 +249,8 @@ class Snapshot(_Strict):
             dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
             raise ValueError(f"jobs: duplicate job id {dup!r}")
         types = set(self.cluster.gpus)
-        for i, j in enumerate(self.jobs):
-            for t in j.throughput:
-                if t not in types:
-                    raise ValueError(f"jobs[{i}].throughput: unknown GPU type {t!r} (cluster has {sorted(types)})")
-            if not any(x > 0 for x in j.throughput.values()):
-                raise ValueError(f"jobs[{i}].throughput: job {j.id!r} has no positive throughput on any GPU type")
-            if not any(j.scale_factor <= self.cluster.gpus[t] for t, x in j.throughput.items() if x > 0):
-                raise ValueError(
-                    f"jobs[{i}].scale_factor: job {j.id!r} needs {j.scale_factor} GPUs, more than any "
-                    f"type it can run on has"
-                )
-            _check_colocated(i, j, id_set, types)
-            for t in (j.goodput.perf_params if j.goodput else {}):
-                if t not in types:
-                    raise ValueError(f"jobs[{i}].goodput.perf_params: unknown GPU type {t!r}")
+        for i in _suspect_jobs(self.jobs, self.cluster.gpus):  # vectorized: the jobs a check below might refuse
+            _check_job(i, self.jobs[i], id_set, types, self.cluster.gpus)
         for t, price in (self.cluster.price_per_hour or {}).items():
             if t not in types:
                 raise ValueError(f"cluster.price_per_hour: unknown GPU type {t!r}")
@@ -293,6 +286,51 @@ def _lone_surrogate(obj: Any, path: str, depth: int = 0) -> str | None:
             if got is not None:
                 return got
     return None
+
+
+def _check_job(i: int, j: "Job", ids: set[str], types: set[str], gpus: dict[str, int]) -> None:
+    """The checks of job i that need the whole snapshot (known types, a type it fits on, pair partners)."""
+    for t in j.throughput:
+        if t not in types:
+            raise ValueError(f"jobs[{i}].throughput: unknown GPU type {t!r} (cluster has {sorted(types)})")
+    if not any(x > 0 for x in j.throughput.values()):
+        raise ValueError(f"jobs[{i}].throughput: job {j.id!r} has no positive throughput on any GPU type")
+    if not any(j.scale_factor <= gpus[t] for t, x in j.throughput.items() if x > 0):
+        raise ValueError(
+            f"jobs[{i}].scale_factor: job {j.id!r} needs {j.scale_factor} GPUs, more than any "
+            f"type it can run on has"
+        )
+    _check_colocated(i, j, ids, types)
+    for t in (j.goodput.perf_params if j.goodput else {}):
+        if t not in types:
+            raise ValueError(f"jobs[{i}].goodput.perf_params: unknown GPU type {t!r}")
+
+
+def _throughput_entries(jobs: list["Job"], col: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every job's throughput entries as flat arrays (row = job index, column =
+    ``col[type]`` or -1 for a type not in ``col``, value), in each dict's order:
+    one pass over the jobs at C speed instead of a Python loop over jobs × types."""
+    thr = [j.throughput for j in jobs]
+    lens = np.fromiter(map(len, thr), dtype=np.intp, count=len(thr))
+    rows = np.repeat(np.arange(len(thr)), lens)
+    cols = np.fromiter(map(col.get, chain.from_iterable(thr), repeat(-1)), dtype=np.intp, count=len(rows))
+    vals = np.fromiter(chain.from_iterable(map(dict.values, thr)), dtype=float, count=len(rows))
+    return rows, cols, vals
+
+
+def _suspect_jobs(jobs: list["Job"], gpus: dict[str, int]) -> list[int]:
+    """Indices (increasing) of every job that ``_check_job`` might refuse: a superset
+    of the refused ones, so checking only these (in order) raises exactly what
+    checking every job in order would."""
+    n = len(jobs)
+    rows, cols, vals = _throughput_entries(jobs, {t: c for c, t in enumerate(gpus)})
+    cap = np.array([*gpus.values(), 0], dtype=float)  # the last entry: unknown types (cols == -1)
+    sf = np.fromiter((j.scale_factor for j in jobs), dtype=float, count=n)
+    positive = vals > 0  # NaN is not (like the Python check)
+    fits = positive & (sf[rows] <= cap[cols])
+    suspect = (np.bincount(rows[cols < 0], minlength=n) > 0) | (np.bincount(rows[fits], minlength=n) == 0)
+    suspect[[m for m, j in enumerate(jobs) if j.colocated or (j.goodput is not None and j.goodput.perf_params)]] = True
+    return np.flatnonzero(suspect).tolist()
 
 
 def _check_colocated(i: int, job: "Job", ids: set[str], types: set[str]) -> None:
@@ -337,6 +375,16 @@ def _format_validation_error(err: ValidationError) -> str:
 def parse_snapshot(data: str | bytes | dict) -> Snapshot:
     """Parse and validate a snapshot; raise OptschedError with a one-line message."""
     if isinstance(data, (str, bytes)):
+        snap = _parse_json_fast(data)
+        if snap is not None:
+            return snap
+    return _parse_reference(data)
+
+
+def _parse_reference(data: str | bytes | dict) -> Snapshot:
+    """json.loads + Snapshot.model_validate: the definition of what a valid snapshot
+    is and what each error says (the fast path only ever returns what this returns)."""
+    if isinstance(data, (str, bytes)):
         try:
             data = json.loads(data)
         except json.JSONDecodeError as e:
@@ -351,6 +399,78 @@ def parse_snapshot(data: str | bytes | dict) -> Snapshot:
         return Snapshot.model_validate(data)
     except ValidationError as e:
         raise OptschedError(_format_validation_error(e)) from None
+
+
+def _parse_json_fast(data: str | bytes) -> Snapshot | None:
+    """The snapshot, validated straight from the JSON text (pydantic's Rust
+    parser, no Python dict in between), or None if anything is wrong with it:
+    the caller then takes the reference path (json.loads + model_validate),
+    which names the error exactly as it always has. Only a valid snapshot
+    comes out of here, equal to what the reference path gives for it.
+
+    The validator is Snapshot's own schema minus the two checks that cost
+    Python work per string or per job; both are vacuous or repeated here:
+    lone surrogates cannot come out of the JSON parser (it refuses them and
+    invalid UTF-8, so the reference path reports them), and the throughput
+    values are checked below, vectorized."""
+    validator = _fast_validator()
+    if validator is None:
+        return None
+    try:
+        with _gc_paused():
+            snap = validator.validate_json(data)
+    except Exception:  # a JSON syntax error, a validation error, anything: the reference path names it
+        return None
+    vals = np.fromiter(chain.from_iterable(j.throughput.values() for j in snap.jobs), dtype=float)
+    if not (np.isfinite(vals).all() and (vals >= 0).all()):  # Job._finite_non_negative, for every job at once
+        return None
+    return snap
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic garbage collection inside: building 100,000 jobs' objects (none of
+    them in a cycle) otherwise triggers collections that traverse the growing heap
+    again and again, half the time of a large parse. Reference counting still frees."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@functools.cache
+def _fast_validator() -> SchemaValidator | None:
+    """Snapshot's core schema without Snapshot._text_is_unicode (a Python walk over
+    every string, which also makes pydantic turn the parsed JSON into Python objects
+    first) and Job._finite_non_negative (a Python call per job); None if this
+    pydantic's schema does not have them where expected (then no fast path)."""
+    skip = {Snapshot._text_is_unicode.__func__, Job._finite_non_negative.__func__}
+    found: set = set()
+
+    def strip(node):
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("type") in ("function-before", "function-after") and isinstance(node.get("function"), dict):
+            fn = node["function"].get("function")
+            fn = getattr(fn, "__func__", fn)
+            if fn in skip:
+                found.add(fn)
+                return strip(node["schema"])
+        return {k: strip(v) for k, v in node.items()}
+
+    schema = strip(Snapshot.__pydantic_core_schema__)
+    if found != skip:
+        return None
+    config = {"title": Snapshot.__name__, "extra_fields_behavior": "forbid"}
+    try:  # the models' own prebuilt validators would bring Job._finite_non_negative back
+        return SchemaValidator(schema, config, _use_prebuilt=False)
+    except TypeError:  # an older pydantic-core: no prebuilt validators to avoid
+        return SchemaValidator(schema, config)
 
 
 def snapshot_schema() -> dict:
@@ -411,35 +531,35 @@ class Instance:
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot) -> "Instance":
+        jobs = snap.jobs
         types = tuple(sorted(snap.cluster.gpus))
-        n, k = len(snap.jobs), len(types)
+        n, k = len(jobs), len(types)
         cap = np.array([snap.cluster.gpus[t] for t in types], dtype=float)
         T = np.zeros((n, k))
-        for m, job in enumerate(snap.jobs):
-            for j, t in enumerate(types):
-                T[m, j] = job.throughput.get(t, 0.0)
-        sf = np.array([j.scale_factor for j in snap.jobs], dtype=float)
+        rows, cols, vals = _throughput_entries(jobs, {t: j for j, t in enumerate(types)})
+        known = cols >= 0  # (a validated snapshot has no other types)
+        T[rows[known], cols[known]] = vals[known]
+        sf = _column(jobs, "scale_factor")
         T[sf[:, None] > cap[None, :]] = 0.0  # cannot fit on that type at all
-        rem = np.array(
-            [np.nan if j.steps_total is None else max(j.steps_total - j.steps_done, 0.0) for j in snap.jobs],
-            dtype=float,
-        )
+        total = _optional(map(attrgetter("steps_total"), jobs))
+        left = total - _column(jobs, "steps_done")
+        rem = np.where(0.0 > left, 0.0, left)  # max(left, 0.0), nan (unknown total) kept
         return cls(
-            job_ids=tuple(j.id for j in snap.jobs),
+            job_ids=tuple(map(attrgetter("id"), jobs)),
             gpu_types=types,
             throughput=T,
             scale_factor=sf,
-            weight=np.array([j.weight for j in snap.jobs], dtype=float),
+            weight=_column(jobs, "weight"),
             capacity=cap,
             steps_remaining=rem,
-            elapsed_time=np.array([j.elapsed_time for j in snap.jobs], dtype=float),
-            attained_service=np.array([j.attained_service for j in snap.jobs], dtype=float),
-            arrival_time=np.array([j.arrival_time for j in snap.jobs], dtype=float),
-            entity=tuple(j.entity for j in snap.jobs),
+            elapsed_time=_column(jobs, "elapsed_time"),
+            attained_service=_column(jobs, "attained_service"),
+            arrival_time=_column(jobs, "arrival_time"),
+            entity=tuple(map(attrgetter("entity"), jobs)),
             time=float(snap.time),
-            isolated_time=_optional([j.isolated_time for j in snap.jobs]),
-            slo=_optional([j.slo for j in snap.jobs]),
-            last_run_time=_optional([j.last_run_time for j in snap.jobs]),
+            isolated_time=_optional(map(attrgetter("isolated_time"), jobs)),
+            slo=_optional(map(attrgetter("slo"), jobs)),
+            last_run_time=_optional(map(attrgetter("last_run_time"), jobs)),
             price=_optional([(snap.cluster.price_per_hour or {}).get(t) for t in types]),
             entity_weights=dict(snap.entity_weights) if snap.entity_weights else None,
             **_pair_arrays(snap, types),
@@ -459,7 +579,7 @@ def _resource_extras(snap: Snapshot, types: tuple[str, ...]) -> dict:
     and each job's sensitivity profiles (None where absent)."""
     servers = snap.cluster.servers or []
     has_res = any(s.cpus is not None or s.memory is not None for s in servers)
-    has_prof = any(j.cpu_profile is not None or j.memory_profile is not None for j in snap.jobs)
+    has_prof = not (_all_none(snap.jobs, "cpu_profile") and _all_none(snap.jobs, "memory_profile"))
     if not (has_res or has_prof):
         return {}
     out: dict = {"cpu_profile": [j.cpu_profile for j in snap.jobs], "memory_profile": [j.memory_profile for j in snap.jobs]}
@@ -473,8 +593,24 @@ def _resource_extras(snap: Snapshot, types: tuple[str, ...]) -> dict:
     return out
 
 
-def _optional(values: list) -> np.ndarray:
+def _optional(values) -> np.ndarray:
+    """Floats, nan for None."""
+    values = list(values)
+    if None not in values:  # (C-speed scans: a column is usually all numbers or all None)
+        return np.array(values, dtype=float)
+    if values.count(None) == len(values):
+        return np.full(len(values), np.nan)
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def _all_none(jobs: list[Job], name: str) -> bool:
+    """No job has the field ``name`` (a C-speed scan)."""
+    return list(map(attrgetter(name), jobs)).count(None) == len(jobs)
+
+
+def _column(jobs: list[Job], name: str) -> np.ndarray:
+    """One float per job: the field ``name``."""
+    return np.fromiter(map(attrgetter(name), jobs), dtype=float, count=len(jobs))
 
 
 def _pair_arrays(snap: Snapshot, types: tuple[str, ...]) -> dict:
@@ -482,6 +618,8 @@ def _pair_arrays(snap: Snapshot, types: tuple[str, ...]) -> dict:
 
     Either job of a pair may list it ({other: {type: [t_self, t_other]}}); when
     both do, they must agree (1e-9 relative) or the snapshot is rejected."""
+    if not any(map(attrgetter("colocated"), snap.jobs)):  # (None or {}: no pairs)
+        return {}
     index = {j.id: m for m, j in enumerate(snap.jobs)}
     col = {t: c for c, t in enumerate(types)}
     merged: dict[tuple[int, int], np.ndarray] = {}
@@ -627,17 +765,20 @@ class ElasticInfo:
 
 def _elastic_info(snap: Snapshot, types: tuple[str, ...]) -> ElasticInfo | None:
     jobs = snap.jobs
-    if not any(j.goodput is not None for j in jobs):
+    if _all_none(jobs, "goodput"):
         return None
     n, k = len(jobs), len(types)
     col = {t: j for j, t in enumerate(types)}
     params = np.full((n, k, 7), np.nan)
     cur_g = np.zeros((n, k), dtype=int)
     cur_n = np.zeros((n, k), dtype=int)
+    placement = snap.placement or {}
     for m, job in enumerate(jobs):
+        if job.goodput is None and job.id not in placement:
+            continue  # a rigid job that is not running: nothing to record
         for t, p in (job.goodput.perf_params if job.goodput else {}).items():
             params[m, col[t]] = p
-        slots = (snap.placement or {}).get(job.id) or []
+        slots = placement.get(job.id) or []
         for s in slots:
             if s.gpu_type in col:
                 cur_g[m, col[s.gpu_type]] += 1
