@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -97,57 +98,215 @@ def saturated(inst: Instance, A0: np.ndarray, frozen: np.ndarray, level: np.ndar
     return np.where(at_max, np.argmax(A, axis=1), -1)
 
 
+def stuck_jobs(lp, sol, U: np.ndarray) -> np.ndarray:
+    """Which unfrozen jobs U cannot rise (mask over U): multiplier, scaled to mean 1
+    over U (they sum to 1 at the optimum, so the largest is ≥ 1 and every round
+    freezes someone), above STUCK_DUAL, and larger than the row's slack
+    (complementarity: at an interior optimum one of the two vanishes; an
+    inexact iterate leaves noise ~mu/slack on a job that can still rise, seen
+    at 2e-6 of the total against a slack of 8e-4 of the level)."""
+    lam = np.maximum(sol.share_dual[U], 0.0)
+    total = max(lam.sum(), 1e-300)
+    A = np.where(lp.allowed[U], lp.A[U], 0.0)
+    lower = 0.0 if lp.lower is None else np.asarray(lp.lower, dtype=float)[U]
+    slack = (A * sol.X[U]).sum(axis=1) - np.asarray(lp.g, dtype=float)[U] * sol.z - lower
+    return (lam * len(U) / total > STUCK_DUAL) & (lam / total > slack / max(abs(sol.z), 1e-300))
+
+
+@dataclass
+class _Fill:
+    """The water filling's state between rounds."""
+
+    frozen: np.ndarray
+    level: np.ndarray
+    X: np.ndarray | None = None  # the last round's optimal allocation
+    objective: float = float("nan")  # the first round's level (max-min's objective)
+    bottleneck: list = field(default_factory=list)  # the jobs stuck in the first round
+    rounds: int = 0
+    event_rounds: int = 0  # rounds certified as saturation events, without an LP
+    build_seconds: float = 0.0
+    solver_seconds: float = 0.0
+    warm: tuple | None = None  # prices and level for the next LP round's crossover
+    status: str = "optimal"
+
+    def freeze(self, inst, jobs: np.ndarray, levels, t: float) -> None:
+        self.rounds += 1
+        if self.rounds == 1:
+            self.objective, self.bottleneck = t, [inst.job_ids[m] for m in jobs]
+        self.frozen[jobs], self.level[jobs] = True, levels
+
+
 def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None, warm_levels=True) -> Allocation:
     """``warm_levels=False`` solves every round cold (the IPM with interior duals): the
     same leximin shares, for measuring what the warm rounds save."""
     t_start = time.perf_counter()
-    n = inst.n
-    frozen = np.zeros(n, dtype=bool)
-    level = np.zeros(n)
-    X_best, objective, first_bottleneck = None, float("nan"), []
-    rounds, build_seconds, solver_seconds, status = 0, 0.0, 0.0, "optimal"
+    st = _Fill(np.zeros(inst.n, dtype=bool), np.zeros(inst.n))
     deadline = time.perf_counter() + time_limit
     backend = block_backend(solver, has_pairs=False)
-    warm = None  # the previous round's prices and level
-    while not frozen.all():
-        if max_rounds is not None and rounds >= max_rounds:
-            status = f"stopped after max_rounds={max_rounds} ({int((~frozen).sum())} jobs not frozen)"
+    # Saturation events (see below) on large programs; after an event run stops,
+    # the next round is an LP.
+    use_events = events = warm_levels and inst.n * inst.k >= block_lp.WARM_ENTRIES
+    exact_test = True  # the event run's exact test pays except right after a round where capacity bound
+    while not st.frozen.all():
+        if max_rounds is not None and st.rounds >= max_rounds:
+            st.status = f"stopped after max_rounds={max_rounds} ({int((~st.frozen).sum())} jobs not frozen)"
             break
-        U = np.flatnonzero(~frozen)
-        w = np.asarray(weights(frozen), dtype=float)
-        t0 = time.perf_counter()
-        full = saturated(inst, A0, frozen, level)
-        lp = round_lp(inst, A0, w, frozen, level, full)
-        build_seconds += time.perf_counter() - t0
-        # Consecutive rounds differ by a few frozen rows: the previous round's prices
-        # start a crossover to this one's optimum (large programs; block_lp.solve).
-        # Its vertex duals prove stuck jobs too (complementary slackness), if not
-        # always all of them: a stuck job missed waits a round, at the same level.
-        # Cold rounds: interior duals, which freeze every stuck job at once.
-        sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True,
-                             warm=warm if warm_levels else None)
-        solver_seconds += sol.seconds
-        rounds += 1
-        if not sol.ok:
-            status = f"fallback: round {rounds}: {sol.message or sol.status}" + ("" if X_best is not None else " (equal share scaled to fit)")
-            logging.getLogger("optsched.policy").warning("%s: %s", policy, status)
+        if events:
+            events = False
+            budget = inst.n if max_rounds is None else max_rounds - st.rounds
+            if _event_run(st, inst, A0, weights, budget, exact_test, deadline):
+                continue
+        sol = _lp_round(st, inst, A0, weights, backend, deadline, warm_levels)
+        if sol is None:
+            logging.getLogger("optsched.policy").warning("%s: %s", policy, st.status)
             break
-        X_best, t_r = sol.X.copy(), sol.z
-        X_best[np.flatnonzero(full >= 0), full[full >= 0]] = 1.0  # the fixed jobs (no columns in the program)
-        if sol.price is not None and np.any(sol.price > 0):
-            warm = (sol.price, t_r)
-        elif warm is not None:  # a round set by a job's time row prices no capacity: keep the last prices
-            warm = (warm[0], t_r)
-        lam = np.maximum(sol.share_dual[U], 0.0)
-        # Multipliers scaled to mean 1 (they sum to 1 at the optimum, so the
-        # largest is ≥ 1 and every round freezes someone).
-        stuck = lam * len(U) / max(lam.sum(), 1e-300) > STUCK_DUAL
-        if rounds == 1:
-            objective = t_r
-            first_bottleneck = [inst.job_ids[m] for m in U[stuck]]
-        level[U[stuck]] = t_r * w[U[stuck]]
-        frozen[U[stuck]] = True
-    X = X_best if X_best is not None else fallback_allocation(inst)
-    return Allocation.of(inst, policy, X, status, objective, time.perf_counter() - t_start,
-                         explanation={"lp_rounds": rounds, "bottleneck_jobs": first_bottleneck},
-                         build_seconds=build_seconds, solver_seconds=solver_seconds)
+        events = use_events
+        exact_test = not (sol.price is not None and np.any(sol.price > 1e-9 * abs(sol.z)))
+    X = st.X if st.X is not None else fallback_allocation(inst)
+    return Allocation.of(inst, policy, X, st.status, st.objective, time.perf_counter() - t_start,
+                         explanation={"lp_rounds": st.rounds, "event_rounds": st.event_rounds,
+                                      "bottleneck_jobs": st.bottleneck},
+                         build_seconds=st.build_seconds, solver_seconds=st.solver_seconds)
+
+
+def _event_run(st: _Fill, inst, A0, weights, budget: int, exact_test: bool, deadline: float) -> bool:
+    """Apply the certified saturation events from st on; whether there were any."""
+    t0 = time.perf_counter()
+    ev = saturation_events(inst, A0, weights, st.frozen, st.level, budget, exact_test, max(deadline - t0, 1e-3))
+    st.solver_seconds += time.perf_counter() - t0
+    if ev.price is not None:  # the prices of the demands that did not fit: near the next LP round's
+        st.warm = (ev.price, ev.t[-1] if ev.t else (st.warm[1] if st.warm else 0.0))
+    for m, lv, t in zip(ev.jobs, ev.levels, ev.t):
+        st.freeze(inst, np.array([m]), lv, t)
+    st.event_rounds += len(ev.jobs)
+    if ev.jobs:
+        st.X = ev.X
+    return bool(ev.jobs)
+
+
+def _lp_round(st: _Fill, inst, A0, weights, backend: str, deadline: float, warm_levels: bool):
+    """One round solved as an LP; its solution, or None (st.status says why)."""
+    U = np.flatnonzero(~st.frozen)
+    w = np.asarray(weights(st.frozen), dtype=float)
+    t0 = time.perf_counter()
+    full = saturated(inst, A0, st.frozen, st.level)
+    lp = round_lp(inst, A0, w, st.frozen, st.level, full)
+    st.build_seconds += time.perf_counter() - t0
+    # Consecutive rounds differ by a few frozen rows: the previous round's prices
+    # start a crossover to this one's optimum (large programs; block_lp.solve).
+    # Its vertex duals prove stuck jobs too (complementary slackness), if not
+    # always all of them: a stuck job missed waits a round, at the same level.
+    # Cold rounds: interior duals, which freeze every stuck job at once.
+    sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True,
+                         warm=st.warm if warm_levels else None)
+    st.solver_seconds += sol.seconds
+    if not sol.ok:
+        st.status = f"fallback: round {st.rounds + 1}: {sol.message or sol.status}" + (
+            "" if st.X is not None else " (equal share scaled to fit)")
+        return None
+    st.X = sol.X.copy()
+    st.X[np.flatnonzero(full >= 0), full[full >= 0]] = 1.0  # the fixed jobs (no columns in the program)
+    if sol.price is not None and np.any(sol.price > 0):
+        st.warm = (sol.price, sol.z)
+    elif st.warm is not None:  # a round set by a job's time row prices no capacity: keep the last prices
+        st.warm = (st.warm[0], sol.z)
+    stuck = U[stuck_jobs(lp, sol, U)]
+    st.freeze(inst, stuck, sol.z * w[stuck], sol.z)
+    return sol
+
+
+# ---------------------------------------------------------------------------
+# Saturation events: many rounds without an LP
+# ---------------------------------------------------------------------------
+#
+# While capacity does not bind, round r's optimum is set by the first
+# unfrozen job to run all of its time on its best type: t_r = min_m best_m /
+# w_m^(r), and that job alone is stuck (the uncongested certificate of
+# solvers/block_exact). Such rounds are *events* that can be simulated in
+# O(n) each: freeze the job at its largest share, update the weights, repeat.
+# An event is certified when the demands of every round up to it fit the
+# capacities: round e needs D^e (frozen jobs at their levels, the others at
+# t_e w^(e)), and the running maximum C^e = max_{e' ≤ e} D^e' grows with e, so
+# "C^e fits" is monotone and a few checks (the greedy fit, then the exact
+# Dantzig–Wolfe test of solvers/block_exact.fits) certify a whole block of
+# events; a failed block is bisected. Strict slack matters: the test certifies
+# loads below (1 − FIT_MARGIN) W, so every job below its largest share could
+# still rise; where capacity binds at t_e other jobs may be stuck too, which
+# the LP round decides instead. The first event that fails is an LP round.
+
+EVENT_BLOCK = 32  # events simulated between two checks (the block's C^e are kept for bisection)
+
+
+@dataclass
+class _Events:
+    jobs: list  # the frozen jobs, in order
+    levels: list  # their levels
+    t: list  # each event's round level t_e
+    X: np.ndarray | None = None  # an optimal allocation of the last certified event's round
+    price: np.ndarray | None = None  # capacity prices of the last exact test (a warm start for the round after)
+
+
+def saturation_events(inst, A0, weights, frozen, level, budget: int, exact_test: bool, time_limit: float) -> _Events:
+    """The rounds from (frozen, level) on that are certified saturation events
+    (see above); at most ``budget``. ``exact_test=False`` certifies with the
+    greedy fit only (after a round where capacity bound, the exact test rarely pays)."""
+    best = np.where(inst.available, A0, 0.0).max(axis=1)
+    fz, lv = frozen.copy(), level.copy()
+    cmax = np.where(fz, lv, 0.0)
+    out, block = _Events([], [], []), []
+    checker = _Checker(inst, A0, exact_test, time_limit)
+    while len(out.jobs) < budget and not fz.all():
+        w = np.asarray(weights(fz), dtype=float)
+        cap = np.where(~fz & (w > 0), best / np.where(w > 0, w, 1.0), np.inf)
+        m = int(np.argmin(cap))
+        t = float(cap[m])
+        if not np.isfinite(t):
+            break
+        np.maximum(cmax, np.where(fz, lv, t * w), out=cmax)
+        fz[m], lv[m] = True, t * w[m]
+        out.jobs.append(m), out.levels.append(lv[m]), out.t.append(t)
+        block.append(cmax.copy())
+        if len(out.jobs) > 1 and len(block) < EVENT_BLOCK and not fz.all() and len(out.jobs) < budget:
+            continue
+        X = checker(cmax)
+        if X is not None:
+            out.X, block = X, []
+            continue
+        passed = len(out.jobs) - len(block)  # events certified before this block
+        lo, hi = 0, len(block) - 1  # block[hi] fails; find the last that fits
+        while lo < hi:
+            mid = (lo + hi) // 2
+            X = checker(block[mid])
+            if X is not None:
+                out.X, lo = X, mid + 1
+            else:
+                hi = mid
+        keep = passed + lo
+        del out.jobs[keep:], out.levels[keep:], out.t[keep:]
+        break
+    out.price = checker.binding
+    return out
+
+
+class _Checker:
+    """Does demand C fit? The greedy fit first, then (if allowed) the exact
+    test of solvers/block_exact.fits, warm-started from the previous test's
+    prices. Returns an X or None."""
+
+    def __init__(self, inst, A0, exact_test: bool, time_limit: float):
+        self.inst, self.exact_test = inst, exact_test
+        self.A = np.where(inst.available, A0, 0.0)
+        self.deadline = time.perf_counter() + time_limit
+        self.price = self.binding = None
+
+    def __call__(self, C: np.ndarray) -> np.ndarray | None:
+        from optsched.solvers import block_exact
+
+        X = block_exact.fit_demand(self.A, self.inst.scale_factor, self.inst.capacity, C)
+        if X is not None or not self.exact_test or time.perf_counter() > self.deadline:
+            return X
+        X, price = block_exact.fits(self.A, self.inst.scale_factor, self.inst.capacity, C, self.price)
+        self.price = price if price is not None else self.price
+        if X is None and price is not None:
+            self.binding = price  # the prices of demands that do not fit: near the LP round's own
+        return X

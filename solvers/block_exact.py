@@ -114,6 +114,154 @@ def uncongested(lp):
     return d.solution(lp, z, X, lam, np.zeros(lp.k), "uncongested", t0)
 
 
+def fit_demand(A: np.ndarray, S: np.ndarray, W: np.ndarray, demand: np.ndarray) -> np.ndarray | None:
+    """X (n, k) with Σ_j A[m, j] X[m, j] ≥ demand[m], time rows ≤ 1 and the
+    capacities W, one type per job (the greedy of ``_fit``), or None when the
+    greedy finds none (which does not prove that none exists). A is zero where
+    a job cannot run; jobs with demand 0 get X = 0."""
+    X = np.zeros(A.shape)
+    need = demand > 0
+    if need.any():
+        A1 = A[need]
+        if not np.all(A1.max(axis=1) > 0):
+            return None
+        d = _Data(A1, np.asarray(S, dtype=float)[need], np.zeros(len(A1)), demand[need], np.asarray(W, dtype=float),
+                  np.flatnonzero(need))
+        Xn = _fit(d, demand[need])
+        if Xn is None:
+            return None
+        X[need] = Xn
+    return X
+
+
+# ---------------------------------------------------------------------------
+# Do demands fit? Dantzig–Wolfe over the k capacity rows
+# ---------------------------------------------------------------------------
+#
+# Demands d fit iff  min_X max_j load_j(X) / W_j ≤ 1  over the X meeting them
+# (share rows ≥ d, time rows ≤ 1). By LP duality that minimum u* equals
+# max_{π ≥ 0, π·W = 1} Σ_m c_m(π), where c_m(π) is the cheapest way for job
+# m alone to meet its demand at GPU prices π: a two-row LP whose optimum uses
+# one type, or two with its time row full. So k prices decide a program of
+# n·k variables: each price vector gives an assignment (a column of loads), a
+# k-row master mixes the columns (min u s.t. Σ θ_i L_i ≤ u W, Σ θ_i = 1), and
+# its duals are the next prices. Both ends are certificates: a mix with u < 1
+# is an explicit X (a convex combination of assignments, each meeting every
+# demand within its time row), and prices with Σ c_m(π) > π·W prove that no X
+# fits (every X meeting the demands costs at least Σ c_m(π) at prices π).
+
+FIT_ROUNDS = 60  # master rounds before giving up undecided (measured: 15–30 near u* = 1 at 10k × 5)
+FIT_MARGIN = 1e-9  # u below 1 − this: fits, loads checked against W explicitly
+
+
+def cheapest(a: np.ndarray, S: np.ndarray, price: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per job, the cheapest X with Σ_j a[m, j] X[m, j] ≥ 1 and Σ_j X[m, j] ≤ 1 at
+    GPU prices ``price`` (a = A / demand, zero where the job cannot run), and its cost.
+    The two-row LP's vertices: one type fast enough alone (X = 1/a), or a type
+    too slow alone topped up by one that is fast enough, the time row full."""
+    n, k = a.shape
+    rows = np.arange(n)
+    fast = a >= 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        one = np.where(fast, S[:, None] * price[None, :] / np.where(fast, a, 1.0), np.inf)
+    j1 = np.argmin(one, axis=1)
+    cost = one[rows, j1]
+    lo, hi, x_hi = np.full(n, -1), np.full(n, -1), np.zeros(n)
+    for j in range(k):
+        slow = np.flatnonzero((a[:, j] > 0) & ~fast[:, j])
+        for j2 in range(k):
+            m = slow[fast[slow, j2]] if j2 != j else slow[:0]
+            if not len(m):
+                continue
+            x2 = (1.0 - a[m, j]) / (a[m, j2] - a[m, j])
+            c = S[m] * (price[j] * (1.0 - x2) + price[j2] * x2)
+            better = c < cost[m]
+            m, x2 = m[better], x2[better]
+            cost[m], lo[m], hi[m], x_hi[m] = c[better], j, j2, x2
+    X = np.zeros((n, k))
+    single = rows[lo < 0]
+    X[single, j1[single]] = 1.0 / a[single, j1[single]]
+    mix = rows[lo >= 0]
+    X[mix, lo[mix]] = 1.0 - x_hi[mix]
+    X[mix, hi[mix]] = x_hi[mix]
+    return X, cost
+
+
+class _MixMaster:
+    """min u s.t. Σ_i θ_i L_i − u W ≤ 0, Σ_i θ_i = 1, θ ≥ 0: one HiGHS model that
+    grows a column per price vector and re-solves from its last basis (a model
+    built per round cost ~4 ms of the 5 ms a round took)."""
+
+    def __init__(self, W: np.ndarray):
+        import highspy
+
+        self.k = k = len(W)
+        self.h = h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        inf = highspy.kHighsInf
+        h.addRows(k + 1, np.r_[np.full(k, -inf), 1.0], np.r_[np.zeros(k), 1.0], 0, np.zeros(0, dtype=np.int32),
+                  np.zeros(0, dtype=np.int32), np.zeros(0))
+        h.addCol(1.0, 0.0, inf, k, np.arange(k, dtype=np.int32), -np.asarray(W, dtype=float))  # u
+        self.index = np.arange(k + 1, dtype=np.int32)
+
+    def add(self, load: np.ndarray) -> None:
+        import highspy
+
+        self.h.addCol(0.0, 0.0, highspy.kHighsInf, self.k + 1, self.index, np.r_[load, 1.0])
+
+    def solve(self):
+        """(u, θ, prices) or None."""
+        import highspy
+
+        self.h.run()
+        if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        sol = self.h.getSolution()
+        x = np.asarray(sol.col_value)
+        return float(x[0]), np.maximum(x[1:], 0.0), np.maximum(-np.asarray(sol.row_dual)[: self.k], 0.0)
+
+
+def fits(A: np.ndarray, S: np.ndarray, W: np.ndarray, demand: np.ndarray, price: np.ndarray | None = None):
+    """(X, prices): X meeting ``demand`` within time rows and capacities W, or
+    None when prices prove that none exists or FIT_ROUNDS pass undecided;
+    the prices are the last master's (a warm start for a similar question)."""
+    S, W = np.asarray(S, dtype=float), np.asarray(W, dtype=float)
+    need = demand > 0
+    X = np.zeros(A.shape)
+    if not need.any():
+        return X, price
+    top = A[need].max(axis=1)
+    d = demand[need]
+    d = np.where(d <= top * (1 + 1e-12), np.minimum(d, top), d)  # a job at its largest share, up to rounding
+    a = A[need] / d[:, None]
+    if not np.all(a.max(axis=1) >= 1.0):
+        return None, price  # a job no type can serve within its time
+    Sn, k = S[need], A.shape[1]
+    W1 = np.maximum(W, 1e-300)
+    p = np.full(k, 1.0 / W1.sum()) if price is None else np.maximum(np.asarray(price, dtype=float), 0.0)
+    master, prices = _MixMaster(W1), []
+    for _ in range(FIT_ROUNDS):
+        p = p / max(float(p @ W1), 1e-300) if p.sum() > 0 else np.full(k, 1.0 / W1.sum())
+        Xp, cost = cheapest(a, Sn, p)
+        if cost.sum() > 1.0 + FIT_MARGIN:  # Σ c_m(π) > π·W = 1: no X fits
+            return None, p
+        prices.append(p)
+        master.add(Sn @ Xp)
+        out = master.solve()
+        if out is None:
+            return None, p
+        u, theta, dual = out
+        if u < 1.0 - FIT_MARGIN:
+            for i in np.flatnonzero(theta > 0):
+                X[need] += theta[i] / theta.sum() * cheapest(a, Sn, prices[i])[0]
+            if np.all(S @ X <= W * (1 + FIT_MARGIN)) and np.all(X.sum(axis=1) <= 1 + 1e-9):
+                return X, p
+            return None, p
+        p = dual
+    return None, p
+
+
 def _fit(d: _Data, demand: np.ndarray) -> np.ndarray | None:
     """X meeting every demand on one type per job within the capacities, or None.
     Each job starts on the type where it needs the least GPU time; overloaded

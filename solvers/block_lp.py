@@ -32,6 +32,7 @@ Solvers (``solve(lp, backend=...)``; ``auto`` picks by size, see AUTO_IPM_ENTRIE
 from __future__ import annotations
 
 import time
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,7 +127,6 @@ def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior
     from the IPM's own iterate. ``warm`` = (prices per type, level) of a
     similar program solved before (the previous water-filling round): large
     programs of the max-min family then try a crossover from them first."""
-    import dataclasses
 
     if backend not in BLOCK_BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BLOCK_BACKENDS)})")
@@ -196,6 +196,14 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
                                 time.perf_counter() - t0, "ipm", message=f"block IPM: {e}")
         if sol.ok:
             return sol
+        if shortcut and "price" in sol.info and time.perf_counter() < deadline:
+            # A stalled IPM's best iterate is usually close (near-degenerate rounds lose
+            # the dual residual's last digits): a crossover from it may still certify.
+            gap = max(1e-4, CROSSOVER_SLACK * min(sol.info["gap"], CROSSOVER_GAP))
+            with np.errstate(all="ignore"):
+                vertex = block_exact.crossover(lp, sol.info["price"], sol.info["z"], gap, deadline)
+            if vertex is not None:
+                return dataclasses.replace(vertex, seconds=time.perf_counter() - t0, iterations=sol.iterations)
         import logging
 
         logging.getLogger("optsched.solvers").info("block IPM: %s; solving with clarabel", sol.message)
@@ -275,7 +283,6 @@ def _merged(lp: BlockLP, first: np.ndarray, counts: np.ndarray) -> BlockLP:
 
 def _expand(sol: BlockSolution, inverse: np.ndarray, counts: np.ndarray, t0: float) -> BlockSolution:
     """Class solution -> every member's row; a class's share multiplier splits evenly."""
-    import dataclasses
 
     if not sol.ok:
         return dataclasses.replace(sol, seconds=time.perf_counter() - t0)
@@ -380,6 +387,8 @@ def _matrix_solve(lp: BlockLP, backend: str, time_limit: float) -> BlockSolution
 MAX_ITERATIONS = 60
 FEASIBILITY_TOL = 1e-9  # relative primal and dual residuals
 GAP_TOL = 1e-8  # relative duality gap
+STEP = 0.99  # fraction of the step to the boundary
+STALL_WINDOW = 15  # iterations without a twofold gain in merit: stalled
 REFINEMENTS = 1
 # A best iterate within this factor of the tolerances is accepted when the
 # iterations stall (~1e-7 relative: what Clarabel's "almost solved" accepts).
@@ -590,7 +599,6 @@ def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
 def _ipm(lp: BlockLP, deadline: float, crossover=None) -> BlockSolution:
     """``crossover(price, level, slack)``, when given, is tried once the gap is
     below CROSSOVER_GAP: a certified optimal vertex ends the run early."""
-    import dataclasses
 
     t0 = time.perf_counter()
     n, k = lp.n, lp.k
@@ -633,9 +641,11 @@ def _ipm(lp: BlockLP, deadline: float, crossover=None) -> BlockSolution:
                 return dataclasses.replace(vertex, seconds=time.perf_counter() - t0, iterations=it)
             crossover = None  # once: the iterations go on
         history.append(best_merit)
-        # No tenfold progress in 10 iterations: an infeasible program (the IPM has
+        # No twofold progress in 15 iterations: an infeasible program (the IPM has
         # no certificate; the general backend proves it) or numerics gone flat.
-        stalled = merit > 1e6 * best_merit or (it > 20 and best_merit > 0.1 * history[-11])
+        # (Tenfold in 10 was too strict: near-degenerate water-filling rounds pass
+        # through slow phases, 36-48 iterations in all, and converge.)
+        stalled = merit > 1e6 * best_merit or (it > STALL_WINDOW and best_merit > 0.5 * history[-STALL_WINDOW - 1])
         # At the limit of double precision (the best iterate already acceptable and
         # two iterations without improving it) more iterations only add noise.
         stalled |= best_merit <= ACCEPT_MERIT and len(history) > 2 and history[-3] == best_merit
@@ -657,19 +667,28 @@ def _ipm(lp: BlockLP, deadline: float, crossover=None) -> BlockSolution:
         a_aff = min(_max_step(s, ds), _max_step(lam, dl))
         sigma = (_dot(s + a_aff * ds, lam + a_aff * dl) / count / mu) ** 3 if mu > 0 else 0.0
         dx, dz, ds, dl = direction(rc_aff - ds * dl + sigma * mu)
-        alpha = min(1.0, 0.99 * min(_max_step(s, ds), _max_step(lam, dl)))
-        x = np.where(P.allowed, x + alpha * dx, 0.0)
-        z = z + alpha * dz
-        s = s + alpha * ds
-        lam = lam + alpha * dl
+        # Separate primal and dual step lengths (an LP's residuals split that way):
+        # one common step stalls on near-degenerate rounds (many time rows nearly
+        # full as capacity binds), where one side is blocked and the other is not.
+        a_p = min(1.0, STEP * _max_step(s, ds))
+        a_d = min(1.0, STEP * _max_step(lam, dl))
+        x = np.where(P.allowed, x + a_p * dx, 0.0)
+        z = z + a_p * dz
+        s = s + a_p * ds
+        lam = lam + a_d * dl
     seconds = time.perf_counter() - t0
     # A stalled run whose best iterate is within 100× of the tolerances is still
     # a solution to ~1e-7 (what Clarabel's default "almost solved" accepts).
     if status != "optimal" and best is not None and best_merit <= ACCEPT_MERIT:
         status = "optimal"
     if status != "optimal":
+        info = {}
+        if best is not None:  # its prices can still start a crossover (see _solve)
+            _, _, _, cap = P.split(best[2])
+            info = {"price": cap / np.maximum(np.asarray(lp.W, dtype=float), 1e-300), "z": float(best[1]),
+                    "gap": best_merit * GAP_TOL}
         return BlockSolution(False, status, None, float("nan"), None, float("nan"), None, None, seconds, "ipm", it,
-                             message=f"block IPM stopped: {status} after {it} iterations")
+                             message=f"block IPM stopped: {status} after {it} iterations", info=info)
     x, z, lam = best
     X = np.clip(x, 0.0, None)
     W = np.maximum(np.asarray(lp.W, dtype=float), 1e-300)

@@ -153,3 +153,69 @@ def test_ipm_path_edges_match_clarabel(case):
     if len(A):
         assert sol.z == pytest.approx(reference(lp).z, abs=1e-7)
         check_primal(lp, sol, tol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Do demands fit? (block_exact.fits: Dantzig–Wolfe over the capacity rows)
+# ---------------------------------------------------------------------------
+
+
+def min_load_ratio(A, S, W, demand) -> float:
+    """u* = min max_j load_j / W_j over X meeting the demands (time rows ≤ 1),
+    by HiGHS on the whole program: the independent answer fits must agree with."""
+    from scipy.optimize import linprog
+
+    n, k = A.shape
+    nv = n * k + 1  # X row-major, then u
+    rows, cols, vals, b = [], [], [], []
+    for m in range(n):  # -Σ_j A X ≤ -d ; Σ_j X ≤ 1
+        for j in range(k):
+            rows += [2 * m, 2 * m + 1]
+            cols += [m * k + j, m * k + j]
+            vals += [-A[m, j], 1.0]
+        b += [-demand[m], 1.0]
+    for j in range(k):  # Σ_m S X - u W ≤ 0
+        rows += [2 * n + j] * (n + 1)
+        cols += [m * k + j for m in range(n)] + [n * k]
+        vals += list(S) + [-W[j]]
+        b.append(0.0)
+    import scipy.sparse as sp
+
+    M = sp.csr_matrix((vals, (rows, cols)), shape=(2 * n + k, nv))
+    bounds = [(0, None if A[m, j] > 0 else 0) for m in range(n) for j in range(k)] + [(0, None)]
+    c = np.zeros(nv)
+    c[-1] = 1.0
+    res = linprog(c, A_ub=M, b_ub=np.array(b), bounds=bounds, method="highs")
+    assert res.status == 0
+    return float(res.x[-1])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_fits_decides_as_the_whole_lp(seed):
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(20, 120)), int(rng.integers(2, 6))
+    A = rng.uniform(0.2, 3.0, (n, k)) * rng.uniform(0.5, 2.0, k)
+    A[rng.random((n, k)) < 0.2] = 0.0
+    A[np.arange(n), rng.integers(0, k, n)] = rng.uniform(0.5, 3.0, n)
+    S = rng.choice([1.0, 2.0, 4.0], n, p=[0.7, 0.2, 0.1])
+    W = rng.uniform(0.5, 1.5, k) * S.sum() / k
+    best = A.max(axis=1)
+    base = best * rng.uniform(0.05, 1.0, n)
+    base[rng.random(n) < 0.1] = 0.0  # jobs that need nothing
+    # Scale the demands so that u* lands near 1 (within 1 % half of the time),
+    # some jobs at their largest share (one type, all of the time).
+    u0 = min_load_ratio(A, S, W, np.minimum(base, best))
+    demand = np.minimum(base * rng.choice([rng.uniform(0.99, 1.01), rng.uniform(0.5, 1.5)]) / max(u0, 1e-9), best)
+    at_max = rng.random(n) < 0.05
+    demand[at_max] = best[at_max]
+    u = min_load_ratio(A, S, W, demand)
+    X, price = block_exact.fits(A, S, W, demand, None)
+    if X is not None:
+        assert u < 1 + 1e-7
+        assert np.all(X >= 0) and np.all(X[A == 0] == 0)
+        assert np.all(X.sum(axis=1) <= 1 + 1e-9)
+        assert np.all(S @ X <= W * (1 + 1e-9))
+        assert np.all((A * X).sum(axis=1) >= demand * (1 - 1e-9))
+    else:
+        assert u > 1 - 1e-6  # None: does not fit (or undecided right at u* = 1)
+    assert price is None or (np.all(price >= 0) and np.isfinite(price).all())
