@@ -667,15 +667,15 @@ def _ipm(lp: BlockLP, deadline: float, crossover=None) -> BlockSolution:
         a_aff = min(_max_step(s, ds), _max_step(lam, dl))
         sigma = (_dot(s + a_aff * ds, lam + a_aff * dl) / count / mu) ** 3 if mu > 0 else 0.0
         dx, dz, ds, dl = direction(rc_aff - ds * dl + sigma * mu)
-        # Separate primal and dual step lengths (an LP's residuals split that way):
-        # one common step stalls on near-degenerate rounds (many time rows nearly
-        # full as capacity binds), where one side is blocked and the other is not.
-        a_p = min(1.0, STEP * _max_step(s, ds))
-        a_d = min(1.0, STEP * _max_step(lam, dl))
-        x = np.where(P.allowed, x + a_p * dx, 0.0)
-        z = z + a_p * dz
-        s = s + a_p * ds
-        lam = lam + a_d * dl
+        # One step for both sides: separate primal and dual steps rescued two more
+        # near-degenerate water-filling rounds but cost 30-60 % more iterations on
+        # congested max-min (100k x 5: 9.8 vs 6.2 s); the crossover from a stalled
+        # iterate (_solve) rescues those rounds instead.
+        alpha = min(1.0, STEP * min(_max_step(s, ds), _max_step(lam, dl)))
+        x = np.where(P.allowed, x + alpha * dx, 0.0)
+        z = z + alpha * dz
+        s = s + alpha * ds
+        lam = lam + alpha * dl
     seconds = time.perf_counter() - t0
     # A stalled run whose best iterate is within 100× of the tolerances is still
     # a solution to ~1e-7 (what Clarabel's default "almost solved" accepts).

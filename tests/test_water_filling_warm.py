@@ -54,8 +54,8 @@ def test_warm_rounds_give_the_cold_leximin_shares(module, seed):
 def test_near_degenerate_round_converges_without_clarabel(monkeypatch):
     """The last round of hierarchical 2,000 × 5 (capacity binds while many jobs are
     a hair from their largest share): the IPM used to stall there and fall back
-    to CLARABEL. Separate primal/dual steps, a looser stall test and a crossover
-    from a stalled iterate solve it; z must match CLARABEL's."""
+    to CLARABEL. A looser stall test and a crossover from a stalled iterate
+    solve it; z must match CLARABEL's."""
     from optsched.solvers import block_lp
 
     rounds, solve = [], block_lp.solve
