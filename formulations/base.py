@@ -49,7 +49,10 @@ class Formulation:
         if self.solver is not None:
             return self.solver(backend, time_limit)
         if self.packing is not None and self.packing.candidates is not None and self.lp.pairs is not None:
-            return solve_packed(self.lp, self.packing, backend, time_limit)
+            sol = solve_packed(self.lp, self.packing, backend, time_limit)
+            # Column generation's certificate, for the explanation (policy.py merges self.info).
+            self.info.update({key: sol.info[key] for key in ("pair_rounds", "pair_gap_bound") if key in sol.info})
+            return sol
         return block_lp.solve(self.lp, backend=backend, time_limit=time_limit)
 
 
@@ -258,7 +261,7 @@ def packing_pairs(inst: Instance, packing: bool = False, max_partners: int | Non
     cand = None
     if max_partners is not None:
         best = np.where(ok, rate.sum(axis=2), 0.0).max(axis=1)
-        cand = _top_partners(np.arange(len(pairs)), pairs[:, 0], pairs[:, 1], best, inst.n, max_partners)
+        cand = _top_partners(np.arange(len(pairs)), pairs[:, 0], pairs[:, 1], best, inst.n, CG_START_PARTNERS)
         if cand.all():
             cand = None
     return Packing(pairs, rate, ok, inst.scale_factor[pairs[:, 0]], inst.n, cand)
@@ -275,30 +278,110 @@ def packing_pairs(inst: Instance, packing: bool = False, max_partners: int | Non
 #     reduced cost of Y[p, j] = C[p, j] + λ_a c_a + λ_b c_b − μ_a − μ_b − s_p π_j
 #
 # Pairs with a positive reduced cost join the program and it is solved again.
-# When none is left the duals are feasible for the program over *all* admitted
-# pairs, so the restricted optimum is the all-pairs optimum (LP duality), to
-# the solver's tolerance. Pricing is O(pairs · k) numpy; the programs solved
-# stay near the candidates' size (measured: optsched bench, packing rows).
+# Each round ends in a certificate (``_dual_bound``): any multipliers λ, μ, π ≥ 0
+# bound the all-pairs optimum from above by the Lagrangian over every admitted
+# column, so the round's allocation (feasible for the all-pairs program) is
+# within the bound's gap of the all-pairs optimum, whatever the solver's
+# tolerance did to the duals. Pricing is O(pairs · k) numpy.
 
 CG_MAX_ROUNDS = 12
 CG_TOL = 1e-7  # a reduced cost this small (relative to the objective scale) cannot move the optimum
-# Stop early when the duals certify the restricted optimum within this relative
-# gap of the all-pairs optimum: raising μ_m by δ_m = max_{p ∋ m} rc_p⁺ / 2 (or
-# each priced-out column's bound multiplier by its rc⁺) makes the duals feasible
-# for the full program, so its optimum is at most the restricted one plus
-# min(Σ δ_m, Σ rc⁺) (weak duality).
-CG_GAP = 5e-4  # half the 0.1 % the packed optimum may be from the all-pairs one
+# Stop when the certified gap (the dual bound minus the allocation's objective,
+# relative to the bound) is below this: the issue's 0.1 % with a margin for the
+# primal solution's own feasibility tolerance (1e-7 relative).
+CG_GAP = 9e-4
 CG_ADD_PER_JOB = 4  # per round, each job's most attractive priced-out pairs
 CG_START_PER_JOB = 4  # from the pair-free program's duals
-CG_START_WITH_CAP = True  # also start from the max_partners rule's pairs (one round fewer, measured)
+CG_START_WITH_CAP = True  # also start from the partner rule's pairs (one round fewer, measured)
+CG_START_PARTNERS = PRICED_PARTNERS  # the partner rule's d for that start
+# The bound's μ-raising LP (``_dual_bound``) is solved when at most this many
+# columns price in; beyond it a closed-form (weaker) raise is used.
+BOUND_LP_COLUMNS = 200_000
 
 
 def _restrict(pb: PairBlock, keep: np.ndarray) -> PairBlock:
     return PairBlock(pb.pairs[keep], pb.share[keep], pb.allowed[keep], pb.S[keep], pb.C[keep])
 
 
+def _pair_reduced_costs(pb: PairBlock, lam: np.ndarray, mu: np.ndarray, pi: np.ndarray, idx=slice(None)) -> np.ndarray:
+    """(p, k) reduced costs of the pair columns ``idx`` (−inf where not admitted)."""
+    a, b = pb.pairs[idx, 0], pb.pairs[idx, 1]
+    rc = (pb.C[idx] + lam[a, None] * pb.share[idx, :, 0] + lam[b, None] * pb.share[idx, :, 1]
+          - (mu[a] + mu[b])[:, None] - pb.S[idx, None] * pi[None, :])
+    return np.where(pb.allowed[idx], rc, -np.inf)
+
+
+def _dual_bound(lp: BlockLP, lam: np.ndarray, mu: np.ndarray, pi: np.ndarray) -> float:
+    """An upper bound on the all-pairs optimum from any λ, μ, π ≥ 0 (weak duality).
+
+    The Lagrangian of the program (every admitted pair a column, 0 ≤ X, Y ≤ 1 as
+    in to_matrix, z free) is
+
+        −Σ λ_m l_m + Σ μ_m + Σ π_j W_j + Σ_columns max(rc, 0) + z (c_z − Σ g_m λ_m),
+
+    so with z's coefficient zero (λ, μ, π scaled together) it bounds the optimum.
+    Raising μ_m by δ_m ≥ 0 trades the positive reduced costs for Σ δ: the best δ is
+    a small LP over the columns that price in (a fractional vertex cover of them)."""
+    n, k = lp.n, lp.k
+    rows = lp.rows()
+    lam = np.where(rows, np.maximum(lam, 0.0), 0.0)
+    mu, pi = np.maximum(mu, 0.0), np.maximum(pi, 0.0)
+    if lp.has_z:
+        weight = float(np.asarray(lp.g, float) @ lam)
+        if weight <= 0:
+            return np.inf if lp.c_z > 0 else (-np.inf if lp.c_z < 0 else np.nan)
+        s = lp.c_z / weight
+        lam, mu, pi = lam * s, mu * s, pi * s
+    lower = np.zeros(n) if lp.lower is None else np.where(rows, np.asarray(lp.lower, float), 0.0)
+    base = -float(lam @ lower) + float(mu.sum()) + float(pi @ lp.W)
+    rx = np.where(lp.allowed, lp.objective_X() + lam[:, None] * lp.A - mu[:, None]
+                  - np.asarray(lp.S, float)[:, None] * pi[None, :], -np.inf)
+    ry = _pair_reduced_costs(lp.pairs, lam, mu, pi)
+    xm, xj = np.nonzero(rx > 0)
+    yp, yj = np.nonzero(ry > 0)
+    vx, vy = rx[xm, xj], ry[yp, yj]
+    plain = float(vx.sum() + vy.sum())  # every positive column at its bound 1
+    if plain == 0.0:
+        return base
+    a, b = lp.pairs.pairs[yp, 0], lp.pairs.pairs[yp, 1]
+    # Closed form: δ_m = the largest single column of m, or half the largest pair of m
+    # (δ_a + δ_b ≥ rc then holds for every column).
+    half = np.zeros(n)
+    np.maximum.at(half, xm, vx)
+    np.maximum.at(half, a, vy / 2)
+    np.maximum.at(half, b, vy / 2)
+    best = min(plain, float(half.sum()))
+    if len(vx) + len(vy) <= BOUND_LP_COLUMNS:
+        best = min(best, _cover_lp(n, xm, vx, a, b, vy))
+    return base + best
+
+
+def _cover_lp(n: int, xm, vx, a, b, vy) -> float:
+    """min Σ δ + Σ ε  s.t.  δ_m + ε ≥ rc (single columns), δ_a + δ_b + ε ≥ rc (pairs),
+    δ, ε ≥ 0: the cheapest raise of μ (and column bounds) pricing every column out."""
+    import scipy.sparse as sp
+
+    from optsched.solvers.lp import solve_lp
+
+    jobs, inv = np.unique(np.concatenate([xm, a, b]), return_inverse=True)
+    nx, ny, nj = len(vx), len(vy), len(jobs)
+    m = nx + ny
+    cols = np.arange(m)
+    I = np.concatenate([cols[:nx], cols[nx:], cols[nx:], cols])
+    J = np.concatenate([inv[:nx], inv[nx : nx + ny], inv[nx + ny :], nj + cols])
+    A = sp.csc_matrix((-np.ones(len(I)), (I, J)), shape=(m, nj + m))
+    sol = solve_lp(np.ones(nj + m), A, -np.concatenate([vx, vy]), backend="highs-simplex")
+    if not sol.ok:
+        return np.inf
+    # The LP's own tolerance: δ, ε as returned, each column's shortfall added back.
+    d = np.maximum(sol.x, 0.0)
+    delta, eps = d[:nj], d[nj:]
+    cover = np.concatenate([delta[inv[:nx]], delta[inv[nx : nx + ny]] + delta[inv[nx + ny :]]]) + eps
+    return float(d.sum() + np.maximum(np.concatenate([vx, vy]) - cover, 0.0).sum())
+
+
 def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> BlockSolution:
-    """Column generation from ``pk.candidates`` to the all-pairs optimum (see above)."""
+    """Column generation from ``pk.candidates`` to within CG_GAP of the all-pairs optimum (see above)."""
     import dataclasses
     import time as _time
 
@@ -310,7 +393,7 @@ def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> B
     n, k = lp.n, lp.k
     backend = backend if backend in ("highs-ipm", "highs-simplex", "clarabel") else "highs-ipm"
     scale = 1.0 + float(np.abs(lp.objective_X()).max()) + abs(lp.c_z)
-    rounds, added_total, gap = 0, 0, float("nan")
+    rounds, added_total, gap, masters = 0, 0, float("nan"), []
     # Round 0: the program without pairs (block IPM, fast) prices every pair; each
     # job's most attractive ones join the candidates.
     solo = block_lp.solve(dataclasses.replace(lp, pairs=None), backend="auto", time_limit=time_limit / 4)
@@ -320,10 +403,7 @@ def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> B
         mu0 = np.maximum(np.where(lp.allowed, C0 + lam0[:, None] * lp.A - np.asarray(lp.S, float)[:, None] * pi0[None, :],
                                   -np.inf).max(axis=1), 0.0)
         out = np.flatnonzero(~active)
-        a, b = full.pairs[out, 0], full.pairs[out, 1]
-        rc = (full.C[out] + lam0[a, None] * full.share[out, :, 0] + lam0[b, None] * full.share[out, :, 1]
-              - (mu0[a] + mu0[b])[:, None] - full.S[out, None] * pi0[None, :])
-        rc = np.where(full.allowed[out], rc, -np.inf).max(axis=1)
+        rc = _pair_reduced_costs(full, lam0, mu0, pi0, out).max(axis=1)
         good = rc > CG_TOL * scale
         if good.any():
             cand = out[good]
@@ -335,7 +415,9 @@ def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> B
         sub = dataclasses.replace(lp, pairs=_restrict(full, active))
         c, A_ub, b_ub, lb, ub, rows = block_lp.to_matrix(sub)
         left = time_limit - (_time.perf_counter() - t0)
+        t1 = _time.perf_counter()
         sol = solve_lp(c, A_ub, b_ub, lb=lb, ub=ub, backend=backend, time_limit=max(left, 1e-3))
+        masters.append((int(active.sum()), round(_time.perf_counter() - t1, 3)))
         if not sol.ok:
             return BlockSolution(False, sol.status, None, float("nan"), None, float("nan"), None, None,
                                  _time.perf_counter() - t0, backend, message=sol.message)
@@ -344,25 +426,16 @@ def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> B
         lam[rows] = sol.dual_ub[:r]
         mu = sol.dual_ub[r : r + n]
         pi = sol.dual_ub[r + n :]
+        value = -sol.value
+        bound = _dual_bound(lp, lam, mu, pi)
+        gap = max(bound - value, 0.0) / max(abs(bound), 1e-12)
         out = np.flatnonzero(~active)
-        if len(out) == 0 or rounds >= CG_MAX_ROUNDS or left <= 0:
+        if gap <= CG_GAP or len(out) == 0 or rounds >= CG_MAX_ROUNDS or left <= 0:
             break
-        a, b = full.pairs[out, 0], full.pairs[out, 1]
-        rc = (full.C[out] + lam[a, None] * full.share[out, :, 0] + lam[b, None] * full.share[out, :, 1]
-              - (mu[a] + mu[b])[:, None] - full.S[out, None] * pi[None, :])
-        rc_pos = np.where(full.allowed[out], np.maximum(rc, 0.0), 0.0)
-        rc = np.where(full.allowed[out], rc, -np.inf).max(axis=1)
+        rc = _pair_reduced_costs(full, lam, mu, pi, out).max(axis=1)
         good = rc > CG_TOL * scale
         if not good.any():
-            gap = 0.0
-            break
-        half = np.maximum(rc, 0.0) / 2
-        delta = np.zeros(n)
-        np.maximum.at(delta, a, half)
-        np.maximum.at(delta, b, half)
-        gap = min(float(delta.sum()), float(rc_pos.sum()))
-        if gap <= CG_GAP * max(abs(sol.value), 1e-12):
-            break
+            break  # nothing left to add: the restricted optimum is the all-pairs one (to tolerance)
         cand = out[good]
         pick = _top_partners(np.arange(len(cand)), full.pairs[cand, 0], full.pairs[cand, 1], rc[good], n,
                              CG_ADD_PER_JOB)
@@ -374,6 +447,6 @@ def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> B
     Y = np.zeros(full.allowed.shape)
     Y[active] = np.clip(x[n * k : n * k + na * k].reshape(na, k), 0.0, None)
     z = float(x[-1]) if lp.has_z else float("nan")
-    return BlockSolution(True, "optimal", X, z, Y, -sol.value, lam, pi, _time.perf_counter() - t0, backend,
+    return BlockSolution(True, "optimal", X, z, Y, value, lam, pi, _time.perf_counter() - t0, backend,
                          info={"pair_rounds": rounds, "pairs_in_program": na, "pairs_priced_in": added_total,
-                               "pair_gap_bound": gap})
+                               "pair_gap_bound": gap, "pair_dual_bound": bound, "pair_masters": masters})

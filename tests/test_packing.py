@@ -277,3 +277,58 @@ def test_cli_solve_with_packing_prints_packed_allocation(tmp_path):
     assert out["explanation"]["pairs_admitted"] == 1
     bad = CliRunner().invoke(app, ["solve", str(path), "--policy", "proportional_fairness", "--packing"])
     assert bad.exit_code == 2 and "packing" in bad.output
+
+
+# --------------------------------------------------------------------------
+# Column generation's certificate (formulations.base.solve_packed)
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_column_generation_certifies_its_gap_to_the_all_pairs_optimum(seed, monkeypatch):
+    import optsched.formulations.base as B
+    from optsched.bench import instances
+    from optsched.formulations import max_min_fairness as mmf
+
+    inst = instances.packing(24 + 6 * seed, seed, pairs_per_job=6, k=2 + seed % 2)
+    exact = naive_packed_value(inst, "max_min_fairness")  # every combination its own variable, HiGHS via cvxpy
+    # A start far from the optimum (one pair per job, one added per job and round):
+    # the certificate, not the start, must decide when to stop.
+    monkeypatch.setattr(B, "CG_START_WITH_CAP", False)
+    monkeypatch.setattr(B, "CG_START_PER_JOB", 1)
+    monkeypatch.setattr(B, "CG_ADD_PER_JOB", 1)
+    form = mmf.build(inst, packing=True)
+    assert form.packing.candidates is not None and not form.packing.candidates.all()
+    sol = form.solve("highs-ipm", 60.0)
+    assert sol.info["pair_rounds"] >= 2  # pricing added columns before the bound closed
+    bound, gap = sol.info["pair_dual_bound"], sol.info["pair_gap_bound"]
+    assert bound >= exact * (1 - 1e-7)  # a valid upper bound on the all-pairs optimum
+    assert sol.value <= exact * (1 + 1e-7)
+    assert gap <= B.CG_GAP and sol.value >= bound * (1 - gap) - 1e-9
+    assert sol.value >= exact * (1 - B.CG_GAP)
+    # Driven to zero gap, the certificate meets the all-pairs optimum.
+    monkeypatch.setattr(B, "CG_GAP", 0.0)
+    tight = mmf.build(inst, packing=True).solve("highs-ipm", 60.0)
+    assert tight.value == pytest.approx(exact, rel=1e-6)
+    assert tight.info["pair_dual_bound"] == pytest.approx(exact, rel=1e-5)
+
+
+def test_dual_bound_holds_for_any_multipliers():
+    import optsched.formulations.base as B
+    from optsched.bench import instances
+    from optsched.formulations import max_min_fairness as mmf
+
+    inst = instances.packing(20, 5, pairs_per_job=5, k=2)
+    exact = naive_packed_value(inst, "max_min_fairness")
+    lp = mmf.build(inst, packing=True, max_partners=None).lp
+    rng = np.random.default_rng(0)
+    for scale in (1e-3, 1e-2, 1e-1, 1.0):  # weak duality: no multipliers ≥ 0 bound below the optimum
+        lam, mu, pi = rng.random(inst.n) * scale, rng.random(inst.n) * scale, rng.random(inst.k) * scale
+        assert B._dual_bound(lp, lam, mu, pi) >= exact * (1 - 1e-9)
+    # The closed-form raise alone (no cover LP) is a bound too.
+    B_cols = B.BOUND_LP_COLUMNS
+    try:
+        B.BOUND_LP_COLUMNS = 0
+        assert B._dual_bound(lp, rng.random(inst.n), rng.random(inst.n), rng.random(inst.k)) >= exact * (1 - 1e-9)
+    finally:
+        B.BOUND_LP_COLUMNS = B_cols
