@@ -417,7 +417,7 @@ def _parse_json_fast(data: str | bytes) -> Snapshot | None:
     if validator is None:
         return None
     try:
-        with _gc_paused():
+        with gc_paused():
             snap = validator.validate_json(data)
     except Exception:  # a JSON syntax error, a validation error, anything: the reference path names it
         return None
@@ -428,7 +428,7 @@ def _parse_json_fast(data: str | bytes) -> Snapshot | None:
 
 
 @contextlib.contextmanager
-def _gc_paused():
+def gc_paused():
     """No cyclic garbage collection inside: building 100,000 jobs' objects (none of
     them in a cycle) otherwise triggers collections that traverse the growing heap
     again and again, half the time of a large parse. Reference counting still frees."""
@@ -687,10 +687,7 @@ class Allocation:
                    explanation or {}, **extra)
 
     def to_dict(self) -> dict:
-        alloc = {
-            jid: {t: float(self.fractions[m, j]) for j, t in enumerate(self.gpu_types) if self.fractions[m, j] > 0}
-            for m, jid in enumerate(self.job_ids)
-        }
+        alloc = dict(zip(self.job_ids, _positive_rows(self.fractions, self.gpu_types)))
         return {
             "policy": self.policy,
             "status": self.status,
@@ -701,7 +698,7 @@ class Allocation:
             "decode_seconds": self.decode_seconds,
             "import_seconds": self.import_seconds,
             "allocation": alloc,
-            "effective_throughput": {jid: float(x) for jid, x in zip(self.job_ids, self.effective_throughput)},
+            "effective_throughput": dict(zip(self.job_ids, np.asarray(self.effective_throughput, dtype=float).tolist())),
             "explanation": self.explanation,
             **({"packed_allocation": self._packed_dict()} if len(self.pairs) else {}),
             **({"gpu_counts": self._gpu_counts_dict()} if self.gpu_counts is not None else {}),
@@ -724,6 +721,32 @@ class Allocation:
             }
             for p, (a, b) in enumerate(self.pairs)
         }
+
+
+def _positive_rows(values: np.ndarray, names: tuple[str, ...]) -> list[dict]:
+    """Per row m, {names[j]: float(values[m, j]) for each j where values[m, j] > 0}, in
+    column order: rows are grouped by which of their entries are positive (a few
+    patterns), so the Python work is building one small dict per row."""
+    values = np.asarray(values, dtype=float)
+    n, k = len(values), len(names)
+    if n == 0 or k > 62:  # (no rows; more types than bits in a pattern key: row by row)
+        return [{t: float(values[m, j]) for j, t in enumerate(names) if values[m, j] > 0} for m in range(n)]
+    positive = values[:, :k] > 0
+    key = positive @ (np.int64(1) << np.arange(k, dtype=np.int64))
+    rows = np.empty(n, dtype=object)
+    with gc_paused():  # 100,000 new dicts would trigger collections over the whole heap
+        for pattern in np.unique(key).tolist():
+            members = np.flatnonzero(key == pattern)
+            cols = np.flatnonzero(positive[members[0]]).tolist()
+            keys = [names[j] for j in cols]
+            columns = [values[members, j].tolist() for j in cols]
+            if len(keys) == 1:
+                (t,), (col,) = keys, columns
+                dicts = [{t: x} for x in col]
+            else:
+                dicts = [dict(zip(keys, xs)) for xs in zip(*columns)] if keys else [{} for _ in members]
+            rows[members] = dicts
+    return rows.tolist()
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -91,7 +91,9 @@ def solve(
         # into the next round's snapshot to keep the mechanism's memory.
         out["allocator_state"] = allocator.state()
     if as_json:
-        typer.echo(json.dumps(out, indent=2))
+        from optsched.cli.json_out import dumps_indented
+
+        typer.echo(dumps_indented(out))  # json.dumps(out, indent=2), the same text
     else:
         _print_solution(snap, out)
     if strict and not str(out["status"]).startswith(("optimal", "ok")):
