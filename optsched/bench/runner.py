@@ -201,6 +201,9 @@ def packing_case(n: int, k: int = 3) -> Case:
         row = _fill(BenchRow(f"packing/{n}x{k}", "max_min_fairness --packing", n, k, int(inst.capacity.sum()),
                              total_s=t), alloc)
         row.note = f"{len(inst.pairs):,} measured pairs, {alloc.explanation.get('pairs_admitted', 0):,} admitted"
+        if "pair_rounds" in alloc.explanation:  # column generation's rounds and certified gap to all pairs
+            row.note += (f"; {alloc.explanation['pair_rounds']} CG round(s), certified gap "
+                         f"{alloc.explanation['pair_gap_bound']:.1e}")
         row.peak_mb = _peak_mb(solve, ctx.memory, t)
         return _with_ref(ctx, row, "all pairs", lambda: references.packing_all_pairs(inst))
 
