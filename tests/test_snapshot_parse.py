@@ -304,18 +304,18 @@ def test_fuzzed_snapshots_same_outcome(doc):
 
 
 def test_a_large_snapshot_parses_in_a_fraction_of_the_reference_time():
-    """CPU time, best of two, at 20,000 jobs × 5 types (the bench's instance):
-    the fast path under 60 % of the reference (measured about 30 %)."""
+    """CPU time at 20,000 jobs × 5 types (the bench's instance), best of three runs
+    taken in turns: the fast path under 70 % of the reference (measured about 30 %
+    alone; a loaded machine narrows it)."""
     from optsched.bench import instances
 
     text = instances.snapshot_json(instances.rigid(20_000, 5, seed=3))
-
-    def cpu(f):
-        best = math.inf
-        for _ in range(2):
-            t0 = time.process_time()
-            f()
-            best = min(best, time.process_time() - t0)
-        return best
-
-    assert cpu(lambda: parse_snapshot(text)) < 0.6 * cpu(lambda: model._parse_reference(text))
+    fast = ref = math.inf
+    for _ in range(3):
+        t0 = time.process_time()
+        parse_snapshot(text)
+        t1 = time.process_time()
+        model._parse_reference(text)
+        t2 = time.process_time()
+        fast, ref = min(fast, t1 - t0), min(ref, t2 - t1)
+    assert fast < 0.7 * ref
