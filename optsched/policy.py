@@ -68,6 +68,11 @@ PER_ROUND_POLICIES = frozenset({
     "pollux", "sia", "tiresias", "tiresias_gittins", "las", "fifo", "srtf", "gandiva", "gandiva_fifo",
     "lucid", "lucid_ageing", "qssf", "allox", "synergy", "optimus",
 })
+# Policies that choose elastic jobs' configurations from goodput models, refit
+# from reported iterations (simulator and service sessions alike); optimus
+# keeps each job's batch size fixed and chooses only GPU counts.
+GOODPUT_POLICIES = frozenset({"pollux", "sia", "optimus"})
+FIXED_BATCH_POLICIES = frozenset({"optimus"})
 
 
 # Policies from other packages: an entry point in this group names a module

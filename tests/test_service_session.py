@@ -212,13 +212,6 @@ def test_elastic_jobs_get_configurations_and_iteration_times_refit_their_model()
     assert 1.0 <= spec["perf_params"]["t4"][6] <= 10.0
 
 
-def test_goodput_policy_lists_match_the_simulators():
-    from optsched.sim.goodput_jobs import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
-
-    assert session_module.GOODPUT_POLICIES == set(GOODPUT_POLICIES)
-    assert session_module.FIXED_BATCH_POLICIES == set(FIXED_BATCH_POLICIES)
-
-
 ELASTIC_CLUSTER = {"gpus": {"t4": 8}, "servers": [{"id": "n0", "gpu_type": "t4", "gpus": 4},
                                                   {"id": "n1", "gpu_type": "t4", "gpus": 4}]}
 ELASTIC_GP = {"perf_params": {"t4": [0.05, 0.001, 0.2, 0.01, 0.05, 0.002, 2.0]}, "grad_sqr": 2.0, "grad_var": 30.0,

@@ -48,6 +48,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from optsched.model import Allocation, Cluster, Instance, Job, OptschedError, Snapshot
+from optsched.policy import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
 from optsched.service.models import (FinishRequest, JobSpec, JobUpdate, Limits, ProgressReport, RoundRequest,
                                      SessionConfig, SubmitJobs)
 from optsched.service.store import Store, StoreConflict
@@ -55,11 +56,6 @@ from optsched.service.store import Store, StoreConflict
 log = logging.getLogger("optsched.service")
 
 FORMAT = 1
-# As the simulator (optsched/sim/goodput_jobs.py; a test keeps the lists equal): these policies choose
-# elastic jobs' configurations from goodput models, refit from the reported iterations; optimus keeps
-# each job's batch size fixed (at its goodput spec's init_batch_size) and chooses only GPU counts.
-GOODPUT_POLICIES = frozenset({"pollux", "sia", "optimus"})
-FIXED_BATCH_POLICIES = frozenset({"optimus"})
 MAX_OBSERVATIONS = 4096  # per job and GPU type, the newest kept
 
 

@@ -183,7 +183,7 @@ def simulate(
             from optsched.sim.goodput_jobs import applications_for
 
             apps = applications_for(cluster, trace.jobs["model"][elastic])
-    from optsched.sim.goodput_jobs import GOODPUT_POLICIES
+    from optsched.policy import GOODPUT_POLICIES
 
     pair_table = (throughputs or default_throughputs()) if cfg.packing else None
     jobs = resolve_jobs(trace, cluster, throughputs, seed=cfg.seed, skip_unrunnable=cfg.skip_unrunnable, apps=apps,

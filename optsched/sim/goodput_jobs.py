@@ -51,9 +51,6 @@ import numpy as np
 from optsched.goodput.profiles import Application
 from optsched.model import ElasticInfo
 
-GOODPUT_POLICIES = ("pollux", "sia", "optimus")  # choose elastic jobs' configurations from their goodput models
-# ... keeping each job's workload batch size (Optimus does not adapt it; optsched/sim/stages.py optimus_extras)
-FIXED_BATCH_POLICIES = ("optimus",)
 NCF_BATCH = 32768.0  # the Pollux simulator pins ncf's batch size
 # Sia's simulator (sia-simulator/simulator_config.py, SLOWDOWNS): goodput of every
 # job is multiplied by 1/slowdown, calibrating the simulator to the real cluster.

@@ -155,7 +155,7 @@ def simulate_jobs(
     ``features``: per-job predictor features aligned with ``jobs`` (stages.instance);
     ``resources``: jobs' CPU/memory profiles (stages.ResourceProfiles)."""
     from optsched.allocator import Allocator
-    from optsched.sim.goodput_jobs import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
+    from optsched.policy import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
     from optsched.sim.jobs import server_gpus
 
     config.validate(jobs.any_elastic)
