@@ -81,11 +81,12 @@ def sweep(
         raise OptschedError("sweep: give a TRACE (a file, or gavel | bursty) or --file")
     if not d.get("policies"):
         raise OptschedError("--policies: give at least one policy")
-    from optsched.cli.limits import check_sweep, check_sweep_rounds
+    from optsched.cli.limits import check_sweep
+    from optsched.sweep.spec import validate
 
     check_sweep(d)
     spec = spec_from_dict(d)
-    check_sweep_rounds(spec)
+    validate(spec)  # every run's configuration and the rounds bound, once, before the progress bar
     show = not quiet and err_console.is_terminal
 
     if show:
@@ -102,9 +103,9 @@ def sweep(
                     state["failed"] += 1
                 bar.update(task, completed=done, total=total, failed=state["failed"])
 
-            res = run_sweep(spec, out, progress=progress, retry_failed=not keep_failed)
+            res = run_sweep(spec, out, progress=progress, retry_failed=not keep_failed, validate=False)
     else:
-        res = run_sweep(spec, out, retry_failed=not keep_failed)
+        res = run_sweep(spec, out, retry_failed=not keep_failed, validate=False)
     t = res.table
     ok = int((t["status"] == "ok").sum()) if len(t) else 0
     console.print(f"{res.total} runs: {res.executed} executed, {res.reused} already done, "
