@@ -51,6 +51,7 @@ from optsched.solvers import block_backend, block_lp
 # is smaller is simply not frozen yet: the next round cannot raise t past it,
 # and freezes it then at the same level (one extra LP, same result).
 STUCK_DUAL = 1e-3
+FREEZE_MARGIN = 1e-6  # relative: a level read off an LP is frozen this much below the solver's (see _lp_round)
 
 
 def allocate(
@@ -80,9 +81,17 @@ def round_lp(inst: Instance, A0: np.ndarray, w: np.ndarray, frozen: np.ndarray, 
     if full is None or not np.any(full >= 0):
         return lp
     out = full >= 0
-    used = np.bincount(full[out], weights=lp.S[out], minlength=lp.k)
+    used = np.bincount(full[out], weights=lp.S[out] * pinned_time(A0, level, full)[out], minlength=lp.k)
     return dataclasses.replace(lp, allowed=lp.allowed & ~out[:, None], W=np.maximum(lp.W - used, 0.0),
                                has_row=~out, lower=np.where(out, 0.0, lp.lower))
+
+
+def pinned_time(A0: np.ndarray, level: np.ndarray, full: np.ndarray) -> np.ndarray:
+    """The time a job fixed on type full[m] needs for its level: level / A0[m, full[m]] (≤ 1)."""
+    rows = np.flatnonzero(full >= 0)
+    time = np.zeros(len(full))
+    time[rows] = np.minimum(level[rows] / A0[rows, full[rows]], 1.0)
+    return time
 
 
 def saturated(inst: Instance, A0: np.ndarray, frozen: np.ndarray, level: np.ndarray) -> np.ndarray:
@@ -94,6 +103,9 @@ def saturated(inst: Instance, A0: np.ndarray, frozen: np.ndarray, level: np.ndar
     order = np.sort(A, axis=1)
     best, second = order[:, -1], (order[:, -2] if A.shape[1] > 1 else np.zeros(len(A)))
     unique = best > second * (1 + 1e-9)
+    # Only at the largest share up to rounding: a job even 1e-6 below it may still
+    # split its time, and capacity can bind at that scale (measured: pinning within
+    # 2e-6 made a round infeasible by 5.5e-8). A pinned job gets the time its level needs.
     at_max = frozen & (level >= best * (1 - 1e-9)) & (best > 0) & unique
     return np.where(at_max, np.argmax(A, axis=1), -1)
 
@@ -200,19 +212,51 @@ def _lp_round(st: _Fill, inst, A0, weights, backend: str, deadline: float, warm_
     sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True,
                          warm=st.warm if warm_levels else None)
     st.solver_seconds += sol.seconds
+    if sol.ok and sol.backend not in CERTIFIED and not _levels_fit(st, inst, A0, U[stuck_jobs(lp, sol, U)],
+                                                                    frozen_levels(inst, A0, sol.z * w)):
+        # An interior solver "solved" the round to its tolerance but the levels it gives
+        # do not fit (measured: CLARABEL 1.4e-5 high on a badly scaled round): an exact vertex.
+        sol = block_lp.solve(lp, backend="highs-simplex", time_limit=max(deadline - time.perf_counter(), 1e-3))
+        st.solver_seconds += sol.seconds
     if not sol.ok:
         st.status = f"fallback: round {st.rounds + 1}: {sol.message or sol.status}" + (
             "" if st.X is not None else " (equal share scaled to fit)")
         return None
     st.X = sol.X.copy()
-    st.X[np.flatnonzero(full >= 0), full[full >= 0]] = 1.0  # the fixed jobs (no columns in the program)
+    fixed = np.flatnonzero(full >= 0)  # the fixed jobs (no columns in the program)
+    st.X[fixed, full[fixed]] = pinned_time(A0, st.level, full)[fixed]
     if sol.price is not None and np.any(sol.price > 0):
         st.warm = (sol.price, sol.z)
     elif st.warm is not None:  # a round set by a job's time row prices no capacity: keep the last prices
         st.warm = (st.warm[0], sol.z)
     stuck = U[stuck_jobs(lp, sol, U)]
-    st.freeze(inst, stuck, sol.z * w[stuck], sol.z)
+    # Frozen a hair below the level the solver found: its solution meets the rows only
+    # to its tolerance, and levels above what fits make a later round infeasible.
+    st.freeze(inst, stuck, frozen_levels(inst, A0, sol.z * w)[stuck], sol.z)
     return sol
+
+
+def frozen_levels(inst, A0, level: np.ndarray) -> np.ndarray:
+    """The levels to freeze from an LP's: FREEZE_MARGIN lower, except at a job's
+    largest share (up to rounding), where the job is pinned to its best type
+    (saturated) and a margin would only leave a thin row."""
+    best = np.where(inst.available, A0, 0.0).max(axis=1)
+    return np.where(level >= best * (1 - 1e-9), np.minimum(level, best), level * (1 - FREEZE_MARGIN))
+
+
+CERTIFIED = ("uncongested", "ipm+crossover")  # exact vertices with a dual certificate (solvers/block_exact)
+
+
+def _levels_fit(st: _Fill, inst, A0, stuck: np.ndarray, levels: np.ndarray) -> bool:
+    """Do the frozen levels, with ``stuck`` frozen at ``levels[stuck]``, fit the cluster?"""
+    from optsched.solvers import block_exact
+
+    C = np.where(st.frozen, st.level, 0.0)
+    C[stuck] = levels[stuck]
+    A = np.where(inst.available, A0, 0.0)
+    if block_exact.fit_demand(A, inst.scale_factor, inst.capacity, C) is not None:
+        return True
+    return block_exact.fits(A, inst.scale_factor, inst.capacity, C)[0] is not None
 
 
 # ---------------------------------------------------------------------------

@@ -207,7 +207,13 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
         import logging
 
         logging.getLogger("optsched.solvers").info("block IPM: %s; solving with clarabel", sol.message)
-        backend = "clarabel"
+        sol = _matrix_solve(lp, "clarabel", max(deadline - time.perf_counter(), 1e-3))
+        if sol.ok or sol.status == "time_limit" or time.perf_counter() > deadline:
+            return sol
+        # Badly scaled water-filling rounds (rows divided by tiny levels, entries ~1e4)
+        # where CLARABEL reports a feasible program infeasible: HiGHS decides.
+        logging.getLogger("optsched.solvers").info("clarabel: %s; solving with highs-ipm", sol.message)
+        return _matrix_solve(lp, "highs-ipm", max(deadline - time.perf_counter(), 1e-3))
     elif backend == "ipm":
         backend = "highs-ipm"  # pair columns couple rows: a general sparse backend
     return _matrix_solve(lp, backend, max(t0 + time_limit - time.perf_counter(), 1e-3))

@@ -1,14 +1,15 @@
-"""Warm water-filling rounds (each round's LP started from the previous
-round's prices, solvers/block_exact.py) against solving every round cold.
+"""Warm water-filling rounds (saturation events certified without an LP, the
+other rounds' LPs started from the previous round's prices) against solving
+every round cold, with an LP and interior duals.
 
 The water-filled (leximin) share vector is unique, so the two may differ only
-by solver tolerance, with one exception measured here: a cold round reads
-interior duals, and a job that can still rise by a hair (~1e-4 relative)
-carries a multiplier of ~mu/slack that can pass STUCK_DUAL, so the cold path
-may freeze it a level early (and the levels after shift, measured up to
-2.4e-4). The warm path's vertex duals freeze a job only
-with a proof (complementary slackness). So: the warm vector is never
-lexicographically worse than the cold one, and within 1e-3 of it."""
+by tolerance: levels read off an LP are frozen FREEZE_MARGIN (1e-6) below the
+solver's, and the two paths read different rounds off LPs. Cold rounds used to
+freeze a job a level early (interior-dual noise ~mu/slack above STUCK_DUAL,
+up to 2.4e-4 off); a stuck job now also needs its multiplier above its row's
+slack. Seed 7 (hierarchical) once ended in an infeasible round: CLARABEL
+"solved" a badly scaled round 1.4e-5 high, and levels frozen from it did not
+fit; levels are now verified and such a round re-solved exactly."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def shares(inst, alloc) -> np.ndarray:
     return (normalized_throughput(inst) * alloc.fractions).sum(axis=1)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 7])
 @pytest.mark.parametrize("module", [water_filling, hierarchical])
 def test_warm_rounds_give_the_cold_leximin_shares(module, seed):
     rng = np.random.default_rng(seed)
@@ -41,13 +42,12 @@ def test_warm_rounds_give_the_cold_leximin_shares(module, seed):
     assert np.all(X.sum(axis=1) <= 1 + 1e-7)
     assert np.all(inst.scale_factor @ X <= inst.capacity * (1 + 1e-7) + 1e-9)
     sw, sc = shares(inst, warm), shares(inst, cold)
-    np.testing.assert_allclose(sw, sc, rtol=1e-3, atol=1e-7)  # cold early freezes cascade (seed 5: 2.4e-4)
+    np.testing.assert_allclose(sw, sc, rtol=1e-5, atol=1e-7)
     if module is hierarchical:  # tenant weights re-split as jobs freeze: leximin over the tenants' levels, not these shares
         return
     ow, oc = np.sort(sw), np.sort(sc)
-    # Differences below 1e-6 are solver tolerance (the block IPM accepts a stalled
-    # iterate within 100× its 1e-8 gap tolerance).
-    differ = np.flatnonzero(np.abs(ow - oc) > 1e-6 * np.maximum(oc, 1e-9))
+    # Differences up to the freeze margin (1e-6) and the solvers' tolerance are not differences.
+    differ = np.flatnonzero(np.abs(ow - oc) > 2e-6 * np.maximum(oc, 1e-9))
     assert not len(differ) or ow[differ[0]] > oc[differ[0]]  # leximin: the first difference favours warm
 
 
