@@ -633,7 +633,7 @@ def _pair_arrays(snap: Snapshot, types: tuple[str, ...]) -> dict:
                 old = rates[col[t]]
                 if not np.isnan(old).all() and not np.allclose(old, new, rtol=1e-9, atol=0.0):
                     raise OptschedError(
-                        f"invalid snapshot: jobs[{m}].colocated[{other!r}][{t!r}]: {list(new[::1 if m < o else -1])} "
+                        f"invalid snapshot: jobs[{m}].colocated[{other!r}][{t!r}]: {[t_self, t_other]} "
                         f"disagrees with what job {other!r} lists for the same pair"
                     )
                 rates[col[t]] = new
