@@ -153,3 +153,24 @@ def test_same_input_same_output(tmp_path):
     for timing in [key for key in a if key.endswith("_seconds")]:  # solve, build, solver, decode, parse
         a.pop(timing), b.pop(timing)
     assert a == b
+
+
+def test_table_rows_are_capped_with_bottleneck_jobs_first(tmp_path):
+    """A 100,000-job table took minutes in rich: the table shows --rows jobs (default 50),
+    the bottleneck ones first, and says how many more; --json keeps every job."""
+    jobs = [{"id": f"j{m:03d}", "model": "m", "throughput": {"v100": 1.0 + m % 7, "k80": 1.0}} for m in range(120)]
+    jobs[97]["throughput"] = {"k80": 0.01}  # the slowest job anywhere: the bottleneck
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"version": 1, "cluster": {"gpus": {"v100": 30, "k80": 30}}, "jobs": jobs}))
+    res = run(["solve", str(path)])
+    assert res.exit_code == 0, res.output
+    bottleneck = json.loads(run(["solve", str(path), "--json"]).output)["explanation"]["bottleneck_jobs"]
+    assert "j097" in bottleneck
+    shown = [j["id"] for j in jobs if f" {j['id']} " in res.output]
+    assert len(shown) == 50 and "j097" in shown
+    assert set(bottleneck) <= set(shown) if len(bottleneck) <= 50 else set(shown) <= set(bottleneck)
+    assert "70 more jobs" in res.output
+    every = run(["solve", str(path), "--rows", "0"])
+    assert all(f" {j['id']} " in every.output for j in jobs) and "more jobs" not in every.output
+    bad = run(["solve", str(path), "--rows", "-1"])
+    assert bad.exit_code == 2 and "--rows" in bad.output
