@@ -127,7 +127,8 @@ def policy_case(policy: str, n: int, k: int, ref: str | None = None, congested: 
         row = _fill(BenchRow(key, policy, n, k, int(inst.capacity.sum()), variant="optsched, congested" if congested else "optsched",
                              total_s=t), alloc)
         if "lp_rounds" in alloc.explanation:
-            row.note = f"{alloc.explanation['lp_rounds']} LP levels"
+            ex = alloc.explanation
+            row.note = f"{ex['lp_rounds']} levels, {ex['lp_rounds'] - ex.get('event_rounds', 0)} by LP"
         row.peak_mb = _peak_mb(solve, ctx.memory, t)
         if ref == "cvxpy":
             _with_ref(ctx, row, "Gavel-style cvxpy + ECOS", lambda: references.max_min_cvxpy(inst))
