@@ -45,7 +45,8 @@ class Formulation:
     # solver(backend, time_limit) -> BlockSolution. None: block_lp.solve(lp).
     solver: Callable[[str, float], BlockSolution] | None = None
 
-    def solve(self, backend: str, time_limit: float) -> BlockSolution:
+    def solve(self, backend: str, time_limit: float, warm=None) -> BlockSolution:
+        """``warm``: (prices, level[, slacks]) of a similar program (block_lp.solve)."""
         if self.solver is not None:
             return self.solver(backend, time_limit)
         if self.packing is not None and self.packing.candidates is not None and self.lp.pairs is not None:
@@ -53,7 +54,7 @@ class Formulation:
             # Column generation's certificate, for the explanation (policy.py merges self.info).
             self.info.update({key: sol.info[key] for key in ("pair_rounds", "pair_gap_bound") if key in sol.info})
             return sol
-        return block_lp.solve(self.lp, backend=backend, time_limit=time_limit)
+        return block_lp.solve(self.lp, backend=backend, time_limit=time_limit, warm=warm)
 
 
 def base_lp(inst: Instance, packing: Packing | None = None, **arrays) -> BlockLP:

@@ -156,10 +156,13 @@ log = logging.getLogger("optsched.policy")
 
 
 def solve_instance(
-    inst: Instance, policy: str = DEFAULT_POLICY, solver: str = "auto", time_limit: float = 60.0, **options
+    inst: Instance, policy: str = DEFAULT_POLICY, solver: str = "auto", time_limit: float = 60.0, warm=None,
+    **options,
 ) -> Allocation:
     """``solver``: auto | ipm | clarabel | highs | highs-simplex (optsched.solvers);
-    ``fast`` is accepted and ignored (every policy takes the fast path now)."""
+    ``fast`` is accepted and ignored (every policy takes the fast path now).
+    ``warm``: (prices per type, level[, crossover slacks]) of a similar program,
+    for policies that are one block LP (POP's sibling partitions); others ignore it."""
     options.pop("fast", None)
     try:
         solver = solver_name(solver)
@@ -171,7 +174,7 @@ def solve_instance(
         if inst.n == 0:
             return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
         return finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
-    return solve_formulation(inst, policy, mod.build, solver, time_limit, **opts)
+    return solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, **opts)
 
 
 def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
@@ -192,7 +195,8 @@ def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
                                decode_seconds=alloc.decode_seconds + decode, solve_seconds=alloc.solve_seconds + decode)
 
 
-def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limit: float, **opts) -> Allocation:
+def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limit: float, warm=None,
+                      **opts) -> Allocation:
     """Build → solve → decode; on solver failure (or a time limit) fall back to
     the equal share scaled to fit, with a logged warning."""
     t0 = time.perf_counter()
@@ -203,7 +207,7 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
                              build_seconds=build_seconds)
     # auto: HiGHS IPM when pair columns couple the jobs, else block_lp's size rule (measured: solvers/__init__.py).
     backend = block_backend(solver, form.lp.pairs is not None)
-    sol = form.solve(backend, time_limit)
+    sol = form.solve(backend, time_limit, warm=warm)
     solver_seconds = sol.seconds
     relaxed_note = ""
     if sol.status == "infeasible" and form.relaxed is not None:

@@ -118,15 +118,16 @@ class BlockSolution:
 
 
 def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior: bool = False,
-          warm: tuple[np.ndarray, float] | None = None) -> BlockSolution:
+          warm: tuple | None = None) -> BlockSolution:
     """Solve; never raises for solver trouble (ok=False and a message instead).
     Identical rows are merged first (exact, see identical_rows). ``seconds``
     excludes loading the backend's modules in a cold process, reported apart
     as ``info["import_seconds"]``. ``interior=True`` asks for strictly
     complementary duals (water filling reads them): no crossover to a vertex
-    from the IPM's own iterate. ``warm`` = (prices per type, level) of a
-    similar program solved before (the previous water-filling round): large
-    programs of the max-min family then try a crossover from them first."""
+    from the IPM's own iterate. ``warm`` = (prices per type, level[, slacks])
+    of a similar program solved before (the previous water-filling round, a
+    sibling POP partition): large programs of the max-min family then try a
+    crossover from them first, once per slack (default WARM_SLACK), widest last."""
 
     if backend not in BLOCK_BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (choose from {', '.join(BLOCK_BACKENDS)})")
@@ -181,8 +182,10 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
         shortcut = block_exact.applicable(lp)
         with np.errstate(all="ignore"):
             sol = block_exact.uncongested(lp) if shortcut else None
-            if sol is None and shortcut and warm is not None:
-                sol = block_exact.crossover(lp, warm[0], warm[1], WARM_SLACK, deadline)
+            for slack in (warm[2] if warm is not None and len(warm) > 2 else (WARM_SLACK,)):
+                if sol is not None or not shortcut or warm is None:
+                    break
+                sol = block_exact.crossover(lp, warm[0], warm[1], slack, deadline)  # failing rungs stop early
         if sol is not None:
             return sol
         cross = None

@@ -36,6 +36,35 @@ def test_pop_merged_allocation_satisfies_the_full_problem(policy, seed):
             assert alloc.objective <= exact.objective * (1 + 1e-6)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_pop_sibling_partitions_warm_from_the_first_reach_their_own_optimum(seed, monkeypatch):
+    """The partitions after the first start an exact crossover from its prices:
+    each must reach the optimum a cold solve of that partition reaches, and the
+    warm start must have certified some (congested, so every type has a price;
+    5,000 jobs per partition: at 1,500 the siblings' prices differ by more than
+    the widest slack and every partition is solved cold)."""
+    from optsched import pop
+    from optsched.solvers import block_exact
+
+    inst = instances.rigid(20_000, 3 + 2 * seed, seed, gpus_per_job=instances.CONGESTED)
+    vertices = []
+    crossover = block_exact.crossover
+
+    def counted(lp, price, level, slack, deadline):
+        out = crossover(lp, price, level, slack, deadline)
+        vertices.append(out is not None and slack in pop.SIBLING_SLACKS)  # a sibling's warm start certified
+        return out
+
+    monkeypatch.setattr(block_exact, "crossover", counted)
+    alloc = pop.solve_partitioned(inst, "max_min_fairness", 4, workers=1)
+    monkeypatch.undo()
+    assert any(vertices)
+    feasible(inst, alloc.fractions)
+    groups = [g for g in pop.partition(inst, 4) if len(g)]
+    cold = [solve_instance(pop.sub_instance(inst, g, 4), "max_min_fairness") for g in groups]
+    assert alloc.objective == pytest.approx(min(a.objective for a in cold), rel=1e-6)
+
+
 def _rounds(seed, n=40, rounds=3):
     types = (("t4", 64, 4), ("a100", 32, 8), ("rtx", 32, 8))
     return [Instance.from_snapshot(parse_snapshot(s)) for s in instances.elastic_rounds(seed, n, types, rounds, churn=0.1)]
