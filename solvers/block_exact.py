@@ -342,7 +342,7 @@ def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float
     for rounds in range(1, MAX_ROUNDS + 1):
         if time.perf_counter() > deadline or explicit.sum() > max(200, FLOOD * n):
             return None
-        m = _settled_master(d, single, explicit, cand, slack)
+        m = _settled_master(d, single, explicit, cand, slack, deadline)
         if m is None:
             return None
         lam = np.where(a1 > 0, d.S * m.price[single] / a1, 0.0)
@@ -365,7 +365,7 @@ def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float
     return None
 
 
-def _settled_master(d: _Data, single, explicit, cand, slack: float) -> _Master | None:
+def _settled_master(d: _Data, single, explicit, cand, slack: float, deadline: float = float("inf")) -> _Master | None:
     """The master, after giving rows to single-type jobs whose time rows bind
     (their X = (g z + l) / a would pass 1)."""
     rows = np.arange(len(d.A))
@@ -373,7 +373,7 @@ def _settled_master(d: _Data, single, explicit, cand, slack: float) -> _Master |
     for _ in range(MAX_ROUNDS):
         full = ~explicit & (d.g == 0) & (d.l > a1)  # a frozen row no single type can carry
         if not full.any():
-            m = _master(d, single, explicit, cand)
+            m = _master(d, single, explicit, cand, deadline)
             if m is None:
                 return None
             live = ~explicit & (d.g > 0)
@@ -386,7 +386,8 @@ def _settled_master(d: _Data, single, explicit, cand, slack: float) -> _Master |
     return None
 
 
-def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray) -> _Master | None:
+def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray,
+            deadline: float = float("inf")) -> _Master | None:
     """max z over the explicit jobs' columns; single-type jobs folded into the
     capacity rows as G_j z + L_j. HiGHS's primal simplex (a vertex and its duals)."""
     import scipy.sparse as sp
@@ -414,7 +415,9 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
     c[-1] = -1.0
     # z >= 0: the folded rows stay linear. Primal simplex: z's column is dense (every
     # explicit share row and capacity row), where HiGHS's dual simplex took 2-3× the pivots.
-    sol = solve_lp(c, A_ub, b_ub, lb=0.0, ub=np.inf, backend="highs-simplex", highs_options={"simplex_strategy": 4})
+    # The caller's deadline bounds HiGHS too (a master of thousands of jobs can run for a minute).
+    sol = solve_lp(c, A_ub, b_ub, lb=0.0, ub=np.inf, backend="highs-simplex", highs_options={"simplex_strategy": 4},
+                   time_limit=max(min(deadline - time.perf_counter(), 60.0), 1e-3))
     if not sol.ok or sol.x[-1] <= 1e-12:
         return None  # z at its bound 0: the folded rows may not be linear there
     Xe = np.zeros((e, k))
