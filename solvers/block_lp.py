@@ -186,6 +186,8 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
                 if sol is not None or not shortcut or warm is None:
                     break
                 sol = block_exact.crossover(lp, warm[0], warm[1], slack, deadline)  # failing rungs stop early
+            if sol is None and shortcut and warm is None and not interior and lp.n * lp.k >= SAMPLE_ENTRIES:
+                sol = _sampled_crossover(lp, deadline)
         if sol is not None:
             return sol
         cross = None
@@ -220,6 +222,38 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
     elif backend == "ipm":
         backend = "highs-ipm"  # pair columns couple rows: a general sparse backend
     return _matrix_solve(lp, backend, max(t0 + time_limit - time.perf_counter(), 1e-3))
+
+
+# Very large congested programs: prices from a random quarter of the jobs with a
+# quarter of every capacity (the program POP would solve), then an exact
+# crossover on the whole program from them; the IPM only if that fails within
+# SAMPLE_BUDGET × the sample's time. Measured at 100,000 × 5 congested: sample
+# 1.45 s + crossover 1.05 s against 7.9 s for the IPM, the same optimum.
+SAMPLE_ENTRIES = 200_000
+SAMPLE_FRACTION = 0.25
+SAMPLE_SLACKS = (1e-2, 3e-2)
+SAMPLE_BUDGET = 3.0
+
+
+def _sampled_crossover(lp: BlockLP, deadline: float):
+    from optsched.solvers import block_exact
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(0)  # deterministic: the same program, the same sample
+    take = np.sort(rng.choice(lp.n, size=max(1, int(lp.n * SAMPLE_FRACTION)), replace=False))
+    pick = lambda v: None if v is None else np.asarray(v)[take]  # noqa: E731
+    sample = dataclasses.replace(lp, A=lp.A[take], S=pick(lp.S), allowed=lp.allowed[take], C=pick(lp.C),
+                                 g=pick(lp.g), lower=pick(lp.lower), has_row=pick(lp.has_row),
+                                 W=np.asarray(lp.W, dtype=float) * SAMPLE_FRACTION)
+    sol = solve(sample, backend="auto", time_limit=max(deadline - t0, 1e-3))
+    if not sol.ok or sol.price is None or not np.any(sol.price > 0):
+        return None
+    budget = min(deadline, time.perf_counter() + SAMPLE_BUDGET * (time.perf_counter() - t0))
+    for slack in SAMPLE_SLACKS:
+        vertex = block_exact.crossover(lp, sol.price, sol.z, slack, budget)
+        if vertex is not None:
+            return dataclasses.replace(vertex, seconds=time.perf_counter() - t0, backend="sample+crossover")
+    return None
 
 
 # ---------------------------------------------------------------------------

@@ -219,3 +219,31 @@ def test_fits_decides_as_the_whole_lp(seed):
     else:
         assert u > 1 - 1e-6  # None: does not fit (or undecided right at u* = 1)
     assert price is None or (np.all(price >= 0) and np.isfinite(price).all())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sampled_crossover_reaches_the_whole_programs_optimum(seed, monkeypatch):
+    """Very large congested programs take their prices from a random quarter of the
+    jobs (block_lp._sampled_crossover); lowered here to 3,000-job programs. The
+    vertex must be the whole program's optimum (CLARABEL, and its own certificate)."""
+    from optsched.bench.instances import CONGESTED, rigid
+    from optsched.formulations import max_min_fairness
+
+    monkeypatch.setattr(block_lp, "SAMPLE_ENTRIES", 5000)
+    lp = max_min_fairness.build(rigid(3000, 3 + seed % 3, seed, gpus_per_job=CONGESTED)).lp
+    sol = block_lp.solve(lp)
+    ref = reference(lp)
+    assert sol.ok and sol.z == pytest.approx(ref.z, rel=1e-6)
+    check_primal(lp, sol)
+    if sol.backend == "sample+crossover":
+        assert certificate_gap(lp, sol) < 1e-6
+
+
+def test_sampled_crossover_is_used(monkeypatch):
+    from optsched.bench.instances import CONGESTED, rigid
+    from optsched.formulations import max_min_fairness
+
+    monkeypatch.setattr(block_lp, "SAMPLE_ENTRIES", 5000)
+    used = [block_lp.solve(max_min_fairness.build(rigid(4000, 3, s, gpus_per_job=CONGESTED)).lp).backend
+            for s in range(3)]
+    assert "sample+crossover" in used
