@@ -169,7 +169,7 @@ def test_solver_failure_falls_back_to_equal_share_scaled_to_fit(monkeypatch, cap
 
     inst = random_instance(np.random.default_rng(7), n=30, k=3)
 
-    def failing(lp, backend="ipm", time_limit=60.0):
+    def failing(lp, backend="ipm", time_limit=60.0, **kwargs):
         return block_lp.BlockSolution(False, "time_limit", None, float("nan"), None, float("nan"), None, None, 0.1,
                                       backend, message="time limit of 0.1s reached")
 
