@@ -265,3 +265,113 @@ def test_optimus_sessions_run_the_job_with_fewer_iterations_left_first():
     assert list(s.next_round()["placement"]) == ["short"]
     s.update("long", steps_total=50.0)
     assert list(s.next_round()["placement"]) == ["long"]
+
+
+# --------------------------------------------------------------------------
+# Stored in pieces: every call writes only what it touched, and loses nothing
+# --------------------------------------------------------------------------
+
+
+def _memory_equals_store(s: Session, store: Store) -> None:
+    reloaded = Session.load(s.id, store)
+    assert json.loads(reloaded.state_document()) == json.loads(s.state_document())
+    assert reloaded.version == s.version
+    assert list(reloaded._s["jobs"]) == list(s._s["jobs"])  # arrival order survives
+
+
+@pytest.mark.parametrize("seed,cfg", [
+    (21, {}),
+    (22, {"policy": "tiresias", "recompute_every": 2}),
+    (23, {"allocator": {"queue": "gavel", "type_order": "shuffle", "seed": 3}}),
+])
+def test_after_every_call_and_every_failed_call_the_memory_is_the_database(tmp_path, seed, cfg):
+    """A mutation that forgot to mark a job or part it changed would leave the
+    memory ahead of the database: a reload after each call catches it."""
+    import random
+
+    store = Store(tmp_path / "s.db")
+    s = Session.create({"cluster": workload.CLUSTER, **cfg}, store=store)
+    d, rng = workload.Driver(seed), random.Random(seed)
+    for r in range(25):
+        d.before_round(s)
+        _memory_equals_store(s, store)
+        active = [j["id"] for j in s.state()["jobs"]]
+        if active and rng.random() < 0.3:
+            s.update(rng.choice(active), weight=rng.choice([1.0, 2.0, 3.0]))
+            _memory_equals_store(s, store)
+        if active and rng.random() < 0.2:
+            s.remove([rng.choice(active)])
+            _memory_equals_store(s, store)
+        for bad in (lambda: s.report([{"job_id": active[0] if active else "x", "steps": 1.0},
+                                      {"job_id": "ghost", "steps": 1.0}]),
+                    lambda: s.submit([{"id": "n1", "throughput": {"v100": 1.0}},
+                                      {"id": "n2", "throughput": {"v100": 1.0}, "colocated": {"nobody": {"v100": [1, 1]}}}])):
+            with pytest.raises(OptschedError):
+                bad()
+            _memory_equals_store(s, store)
+        d.next_round(s)
+        _memory_equals_store(s, store)
+    assert s.state()["finished_jobs"] > 0
+
+
+def test_a_submit_or_a_report_writes_only_its_jobs(tmp_path, monkeypatch):
+    store = Store(tmp_path / "s.db")
+    s = Session.create({"cluster": workload.CLUSTER}, store=store)
+    s.submit([{"id": f"a{i}", "throughput": {"v100": 1.0}} for i in range(50)])
+    s.next_round()
+    writes = []
+    original = Store.commit
+
+    def spy(self, sid, state, version, kind, event, finished=(), parts=None, jobs=(), removed=()):
+        writes.append((kind, sorted(parts or {}), [j for j, _, _ in jobs], list(removed)))
+        return original(self, sid, state, version, kind, event, finished, parts, jobs, removed)
+
+    monkeypatch.setattr(Store, "commit", spy)
+    s.submit({"id": "late", "throughput": {"k80": 1.0}})
+    ran = sorted(s.last_round()["placement"])[:2]
+    s.report([{"job_id": j, "steps": 5.0} for j in ran])
+    s.finish(ran[0])
+    assert writes[0] == ("submit", [], ["late"], [])
+    assert writes[1] == ("progress", [], ran, [])
+    assert writes[2] == ("finish", ["allocator"], [], [ran[0]])
+    _memory_equals_store(s, store)
+
+
+def test_a_schema_1_database_is_upgraded_in_place_and_decides_on(tmp_path):
+    """Schema 1 stored each session as one document; opening it splits the
+    document into pieces, and the session goes on deciding as one that never stopped."""
+    import sqlite3
+
+    cfg = {"cluster": workload.CLUSTER, "session_id": "s", "recompute_every": 3}
+    live, other = Session.create(cfg), Session.create(cfg, store=Store(tmp_path / "other.db"))
+    d_live, d_old = workload.Driver(31), workload.Driver(31)
+    for _ in range(8):
+        d_live.step(live)
+        d_old.step(other)
+    # other's state written the old way: one document, jobs and parts inside it.
+    doc = json.loads(other.state_document())
+    doc["format"] = 1
+    del doc["next_ord"]
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL,
+                               created REAL NOT NULL, updated REAL NOT NULL);
+        CREATE TABLE finished_jobs (session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+                                    job_id TEXT NOT NULL, record TEXT NOT NULL, PRIMARY KEY (session_id, job_id));
+        CREATE TABLE events (session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+                             seq INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
+                             PRIMARY KEY (session_id, seq));
+        PRAGMA user_version = 1;
+    """)
+    old.execute("INSERT INTO sessions VALUES ('s', ?, ?, 0, 0)", (json.dumps(doc), other.version))
+    for rec in other._store._query("SELECT job_id, record FROM finished_jobs"):
+        old.execute("INSERT INTO finished_jobs VALUES ('s', ?, ?)", rec)
+    old.commit()
+    old.close()
+    s = Session.load("s", Store(tmp_path / "old.db"))
+    assert list(s._s["jobs"]) == list(live._s["jobs"]) and len(live._s["jobs"]) > 0
+    assert decisions(s.state()) == decisions(live.state())
+    for r in range(12):
+        assert decisions(d_live.step(live)) == decisions(d_old.step(s)), f"round {r}"
+    assert decisions(s.state()) == decisions(live.state())
+    _memory_equals_store(s, s._store)

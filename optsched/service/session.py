@@ -18,10 +18,15 @@ stage (DESIGN.md §11):
     bookkeeping   steps_done (steps), elapsed_time (seconds since arrival),
                   attained_service (GPU-seconds), status.
 
-**Durability and determinism.** The session's whole state is one JSON
-document (``state_document()``); every change is written to the store before
-the method returns, and the in-memory state is then re-read from that very
-JSON text. Every decision is computed from that document alone: the allocator
+**Durability and determinism.** The session's state is one JSON document
+(``state_document()``), stored in pieces (optsched.service.store): a small
+head, the large parts (allocator state, allocation in force, last round) and
+one record per active job. Every change is written to the store before the
+method returns, and only the pieces it touched: a submit or a progress report
+costs O(jobs in it), not O(active jobs). Each mutation marks what it touches
+(``_touch``, ``_touch_part``) before changing it; the written pieces are then
+re-read from their very JSON text, and a failed change restores exactly the
+touched pieces (tests compare the memory with a reload after every call). Every decision is computed from that document alone: the allocator
 holds exactly its stored ``state()`` (reloaded from it whenever its memory
 might differ: after a restart, a failure, or in another process) and the
 allocation in force is rebuilt from its stored arrays each round, so a
@@ -51,11 +56,11 @@ from optsched.model import Allocation, Cluster, Instance, Job, OptschedError, Sn
 from optsched.policy import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
 from optsched.service.models import (FinishRequest, JobSpec, JobUpdate, Limits, ProgressReport, RoundRequest,
                                      SessionConfig, SubmitJobs)
-from optsched.service.store import Store, StoreConflict
+from optsched.service.store import PARTS, Store, StoreConflict, StoredSession
 
 log = logging.getLogger("optsched.service")
 
-FORMAT = 1
+FORMAT = 2  # 1: one document (store schema 1), split on upgrade
 MAX_OBSERVATIONS = 4096  # per job and GPU type, the newest kept
 
 
@@ -81,12 +86,12 @@ class Session:
     durable (committed to the store, when there is one, before it returns).
     Thread-safe: calls are serialized by a lock."""
 
-    def __init__(self, document: str, store: Store | None = None, version: int = 0, limits: Limits = Limits()):
+    def __init__(self, stored: StoredSession, store: Store | None = None, limits: Limits = Limits()):
         self._store = store
         self._limits = limits
         self._lock = threading.RLock()
         self._finished_mem: dict[str, dict] = {}  # finished jobs when there is no store
-        self._load(document, version)
+        self._load(stored)
         self.config = SessionConfig.model_validate(self._s["config"])
         self.cluster: Cluster = self.config.cluster
         self._allocator = None  # built on first use (see _allocator_loaded)
@@ -102,28 +107,45 @@ class Session:
         sid = cfg.session_id or secrets.token_hex(8)
         doc = {
             "format": FORMAT, "session_id": sid, "config": cfg.model_dump(mode="json", exclude={"session_id"}),
-            "time": float(cfg.start_time), "round": 0, "jobs": {}, "finished_count": 0,
-            "allocator": {}, "allocation": None, "dirty": True, "rounds_since": 0, "last_recompute": None,
-            "pending": {}, "last_round": None,
+            "time": float(cfg.start_time), "round": 0, "finished_count": 0, "next_ord": 0,
+            "dirty": True, "rounds_since": 0, "last_recompute": None, "pending": {},
         }
-        text = _dumps(doc)
+        head = _dumps(doc)
+        parts = {"allocator": "{}", "allocation": "null", "last_round": "null"}
         if store is not None:
             try:
-                store.create(sid, text, {"config": doc["config"]})
+                store.create(sid, head, {"config": doc["config"]}, parts)
             except StoreConflict as e:
                 raise Conflict(f"session_id: {e}") from None
-        return cls(text, store, 0, limits)
+        return cls(StoredSession(head, 0, parts, []), store, limits)
 
     @classmethod
     def load(cls, session_id: str, store: Store, limits: Limits = Limits()) -> "Session":
-        row = store.load(session_id)
-        if row is None:
+        stored = store.load(session_id)
+        if stored is None:
             raise NotFound(f"session {session_id!r} not found")
-        return cls(row[0], store, row[1], limits)
+        return cls(stored, store, limits)
 
-    def _load(self, text: str, version: int) -> None:
-        self._text, self._version = text, version
-        self._s: dict = json.loads(text)
+    def _load(self, stored: StoredSession) -> None:
+        self._version = stored.version
+        self._head_text = stored.head
+        self._part_text = dict(stored.parts)
+        self._job_text = {j: r for j, _, r in stored.jobs}  # committed records, for a rollback
+        self._job_ord = {j: o for j, o, _ in stored.jobs}  # arrival order (the store's ord)
+        self._touched_jobs: set[str] = set()
+        self._touched_parts: set[str] = set()
+        s = json.loads(stored.head)
+        for p in PARTS:
+            s[p] = json.loads(self._part_text[p])
+        s["jobs"] = {j: json.loads(r) for j, _, r in stored.jobs}
+        self._s: dict = s
+
+    def _touch(self, *job_ids: str) -> None:
+        """Mark active jobs this change adds, alters or removes (before altering them)."""
+        self._touched_jobs.update(job_ids)
+
+    def _touch_part(self, *names: str) -> None:
+        self._touched_parts.update(names)
 
     @property
     def id(self) -> str:
@@ -142,20 +164,26 @@ class Session:
         return self._s["round"]
 
     def state_document(self) -> str:
-        """The committed state, exactly as stored."""
-        return self._text
+        """The committed state as one JSON document (the memory, which is
+        exactly the stored pieces after every call)."""
+        return _dumps(self._s)
 
     # ------------------------------------------------------------------ the commit
 
     def _commit(self, kind: str, event: dict, finished: list[tuple[str, dict]] = ()) -> None:
         """Persist the mutated state; on any failure roll the memory back to the
         last committed document. Afterwards the memory is the stored JSON."""
+        s = self._s
         try:
-            text = _dumps(self._s)
+            head = _dumps({k: v for k, v in s.items() if k != "jobs" and k not in PARTS})
+            parts = {p: _dumps(s[p]) for p in sorted(self._touched_parts)}
+            active = s["jobs"]
+            jobs = [(j, self._job_ord[j], _dumps(active[j])) for j in sorted(self._touched_jobs) if j in active]
+            removed = [j for j in sorted(self._touched_jobs) if j not in active and j in self._job_text]
             version = self._version + 1
             fin = [(j, _dumps(r)) for j, r in finished]
             if self._store is not None:
-                self._store.commit(self.id, text, version, kind, _jsonable(event), fin)
+                self._store.commit(self.id, head, version, kind, _jsonable(event), fin, parts, jobs, removed)
             else:
                 for j, r in finished:
                     self._finished_mem[j] = json.loads(_dumps(r))
@@ -165,12 +193,46 @@ class Session:
         except BaseException:
             self._rollback()
             raise
-        self._load(text, version)
+        # The memory becomes the stored JSON (tuples to lists, float reprs, ...).
+        self._version, self._head_text = version, head
+        s.update(json.loads(head))
+        for p, text in parts.items():
+            s[p] = json.loads(text)
+            self._part_text[p] = text
+        if jobs:  # one parse for all of them
+            for (j, _, text), rec in zip(jobs, json.loads("[" + ",".join(text for _, _, text in jobs) + "]")):
+                active[j] = rec
+                self._job_text[j] = text
+        for j in removed:
+            del self._job_text[j], self._job_ord[j]
+        self._touched_jobs.clear()
+        self._touched_parts.clear()
         if self._allocator_pending:
             self._allocator_synced, self._allocator_pending = True, False
 
     def _rollback(self) -> None:
-        self._load(self._text, self._version)
+        """Restore the touched pieces (and the head) as last committed."""
+        s = self._s
+        head = json.loads(self._head_text)
+        for key in [k for k in s if k != "jobs" and k not in PARTS and k not in head]:
+            del s[key]
+        s.update(head)
+        for p in self._touched_parts:
+            s[p] = json.loads(self._part_text[p])
+        active = s["jobs"]
+        reorder = False
+        for j in self._touched_jobs:
+            text = self._job_text.get(j)
+            if text is None:  # added by the failed change
+                active.pop(j, None)
+                self._job_ord.pop(j, None)
+            else:
+                reorder |= j not in active
+                active[j] = json.loads(text)
+        if reorder:  # a removed job is back: in its arrival place
+            s["jobs"] = dict(sorted(active.items(), key=lambda item: self._job_ord[item[0]]))
+        self._touched_jobs.clear()
+        self._touched_parts.clear()
         self._allocator_synced = self._allocator_pending = False
 
     def _atomic(self, fn, *args):
@@ -213,13 +275,13 @@ class Session:
         # The snapshot contract's checks (types, fits somewhere, pair rates) on the new jobs.
         probe = [_snapshot_job(j.model_dump(exclude_none=True), keep=seen) for j in req.jobs]
         _validate_snapshot({"cluster": s["config"]["cluster"], "jobs": probe})
-        out = []
+        self._touch(*new_ids)
         for j in req.jobs:
             spec = j.model_dump(mode="json", exclude_none=True)
             arrival = spec.pop("arrival_time", None)
-            rec = _new_record(spec, float(s["time"] if arrival is None else arrival))
-            active[j.id] = rec
-            out.append(rec)
+            active[j.id] = _new_record(spec, float(s["time"] if arrival is None else arrival))
+            self._job_ord[j.id] = s["next_ord"]
+            s["next_ord"] += 1
         s["dirty"] = True
         self._commit("submit", {"jobs": new_ids})
         return [self._job_out(self._s["jobs"][j]) for j in new_ids]
@@ -240,6 +302,7 @@ class Session:
         keep = set(self._s["jobs"])
         _validate_snapshot({"cluster": self._s["config"]["cluster"], "jobs": [_snapshot_job(spec, keep={job_id})]},
                            prefix="")
+        self._touch(job_id)
         rec["spec"] = spec
         self._s["dirty"] = True
         self._commit("update", {"job_id": job_id, "changes": changes})
@@ -273,6 +336,8 @@ class Session:
         s = self._s
         last = s["last_round"] or {}
         ran = last.get("placement", {})
+        self._touch(*ids)
+        self._touch_part("allocator")
         allocator = self._allocator_loaded()
         allocator.remove([j for j in ids if j in _allocator_jobs(s["allocator"])])
         s["allocator"] = allocator.state()
@@ -342,6 +407,7 @@ class Session:
         finishing: dict[str, float | None] = {}
         touched = []
         for r in reqs:
+            self._touch(r.job_id)
             rec = s["jobs"][r.job_id]
             spec = rec["spec"]
             if r.steps is not None:
@@ -399,6 +465,7 @@ class Session:
             rec = s["jobs"].get(j)
             if rec is None:
                 continue
+            self._touch(j)
             run = self._round_seconds(j, s["pending"].get(j), t)
             rec["attained_service"] += len(slots) * run
             if run != cfg.round_length:
@@ -413,6 +480,7 @@ class Session:
             self._refit_goodput()
             alloc = self._solve(t)
             solve_seconds = _time.perf_counter() - t0
+            self._touch_part("allocation")
             s["allocation"] = allocation_to_state(alloc)
             s["last_recompute"], s["rounds_since"], s["dirty"] = t, 0, False
             recomputed = True
@@ -421,6 +489,7 @@ class Session:
             alloc = allocation_from_state(s["allocation"])
             inst = Instance.from_snapshot(self._snapshot(t))
             p = allocator.next_round(inst, alloc)
+            self._touch_part("allocator")
             s["allocator"] = allocator.state()
             placement = {j: [{"server": g.server, "gpu_type": g.gpu_type, "gpu": g.gpu} for g in slots]
                          for j, slots in p.assignments.items()}
@@ -430,6 +499,8 @@ class Session:
             placement, started, preempted, migrated, continued, note = {}, [], [], [], [], ""
         for j, rec in active.items():
             slots = placement.get(j)
+            if slots or rec["status"] != "queued" or rec["gpus"] or j in preempted:  # else nothing changes
+                self._touch(j)
             if slots:
                 if rec["first_start"] is None:
                     rec["first_start"] = t
@@ -448,6 +519,7 @@ class Session:
             "solve_seconds": solve_seconds, "note": note,
             "queued": [j for j in active if j not in placement],
         }
+        self._touch_part("last_round")
         s["last_round"] = result
         s["time"], s["round"] = t, s["round"] + 1
         s["rounds_since"] += 1
@@ -486,6 +558,7 @@ class Session:
             return
         from optsched.goodput.fit import Observations, fit_params
 
+        self._touch(*(rec["spec"]["id"] for rec in todo))
         for rec in todo:
             gp = dict(rec["spec"]["goodput"])
             params = dict(gp.get("perf_params", {}))
@@ -776,11 +849,16 @@ def _np_default(x):
     raise TypeError(f"not JSON serializable: {type(x).__name__}")
 
 
+# One encoder for every call: a round writes a record per running job, and
+# json.dumps would build a new encoder for each.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_np_default)
+
+
 def _dumps(x) -> str:
     """Compact JSON; the fast path when ``x`` is already JSON-clean (the state
     always is), else a cleaned copy (numpy, non-finite floats)."""
     try:
-        return json.dumps(x, separators=(",", ":"), allow_nan=False, default=_np_default)
+        return _ENCODER.encode(x)
     except (ValueError, TypeError):
         return json.dumps(_jsonable(x), separators=(",", ":"), allow_nan=False)
 

@@ -2,11 +2,16 @@
 
 Tables:
 
-- ``sessions``: one row per session — its whole state as one JSON document
-  (config, active jobs with their bookkeeping, the allocator's state, the
-  allocation in force, the round counter) and a version number;
-- ``finished_jobs``: a row per finished job (written once, when it finishes),
-  so the session's row stays the size of its active set;
+- ``sessions``: one row per session — the head of its state as one JSON
+  document (config, clock, round counter, pending reports) and a version
+  number, checked on every change;
+- ``session_parts``: the session's large parts, one JSON document each
+  (``allocator``: the allocator's state, ``allocation``: the allocation in
+  force, ``last_round``), rewritten only by a change that alters them (a round);
+- ``active_jobs``: a row per active job (its spec and bookkeeping), in
+  arrival order (``ord``); a change rewrites only the jobs it touched, so a
+  submit, an update or a progress report costs O(jobs in it), not O(active jobs);
+- ``finished_jobs``: a row per finished job (written once, when it finishes);
 - ``events``: an append-only log of the state changes (kind, request,
   summary), one row per committed change.
 
@@ -29,10 +34,63 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1: the whole state in sessions.state (read and upgraded in place)
 SYNC_MODES = ("FULL", "NORMAL", "OFF")
+PARTS = ("allocator", "allocation", "last_round")  # a session's large parts, each its own row
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    head: str  # the state without its parts and active jobs (JSON)
+    version: int
+    parts: dict[str, str]  # name -> JSON
+    jobs: list[tuple[str, int, str]]  # (job id, ord, record JSON) in arrival order
+
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS sessions (
+        id TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL,
+        created REAL NOT NULL, updated REAL NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS finished_jobs (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        job_id TEXT NOT NULL, record TEXT NOT NULL, PRIMARY KEY (session_id, job_id))""",
+    """CREATE TABLE IF NOT EXISTS events (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq))""",
+    """CREATE TABLE IF NOT EXISTS session_parts (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        name TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (session_id, name))""",
+    """CREATE TABLE IF NOT EXISTS active_jobs (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        job_id TEXT NOT NULL, ord INTEGER NOT NULL, record TEXT NOT NULL,
+        PRIMARY KEY (session_id, job_id))""",
+    "CREATE INDEX IF NOT EXISTS active_jobs_order ON active_jobs (session_id, ord)",
+)
+
+
+def _split_v1_sessions(db: sqlite3.Connection) -> None:
+    """Schema 1 → 2 (inside the schema transaction): each session's one
+    document becomes its head, its parts and one row per active job, in the
+    document's (arrival) order."""
+    for sid, text in db.execute("SELECT id, state FROM sessions").fetchall():
+        doc = json.loads(text)
+        jobs = doc.pop("jobs", {})
+        parts = {p: json.dumps(doc.pop(p, None), separators=(",", ":"), allow_nan=False) for p in PARTS}
+        doc["format"], doc["next_ord"] = 2, len(jobs)
+        db.execute("UPDATE sessions SET state = ? WHERE id = ?", (json.dumps(doc, separators=(",", ":")), sid))
+        _write_parts(db, sid, parts)
+        db.executemany("INSERT INTO active_jobs (session_id, job_id, ord, record) VALUES (?, ?, ?, ?)",
+                       [(sid, j, o, json.dumps(r, separators=(",", ":"))) for o, (j, r) in enumerate(jobs.items())])
+
+
+def _write_parts(db: sqlite3.Connection, session_id: str, parts: dict[str, str]) -> None:
+    if parts:
+        db.executemany("INSERT OR REPLACE INTO session_parts (session_id, name, body) VALUES (?, ?, ?)",
+                       [(session_id, name, body) for name, body in parts.items()])
 
 
 class StoreConflict(Exception):
@@ -64,30 +122,26 @@ class Store:
         return db
 
     def _init_schema(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise RuntimeError(f"database {self.path} has schema version {version}, newer than this optsched ({SCHEMA_VERSION})")
-        self._db.executescript(
-            """
-            BEGIN;
-            CREATE TABLE IF NOT EXISTS sessions (
-                id TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL,
-                created REAL NOT NULL, updated REAL NOT NULL);
-            CREATE TABLE IF NOT EXISTS finished_jobs (
-                session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-                job_id TEXT NOT NULL, record TEXT NOT NULL, PRIMARY KEY (session_id, job_id));
-            CREATE TABLE IF NOT EXISTS events (
-                session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-                seq INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
-                PRIMARY KEY (session_id, seq));
-            PRAGMA user_version = 1;
-            COMMIT;
-            """
-        )
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")  # two processes opening one file: one creates or upgrades
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(f"database {self.path} has schema version {version}, newer than this optsched ({SCHEMA_VERSION})")
+            for statement in _SCHEMA:
+                db.execute(statement)
+            if version == 1:  # the first three tables only, each session's state in one document
+                _split_v1_sessions(db)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, session_id: str, state: str, event: dict | None = None) -> None:
+    def create(self, session_id: str, state: str, event: dict | None = None, parts: dict[str, str] | None = None) -> None:
         now = time.time()
         body = json.dumps(event or {}, allow_nan=False)
 
@@ -99,13 +153,17 @@ class Store:
                 raise StoreConflict(f"session {session_id!r} already exists") from None
             db.execute("INSERT INTO events (session_id, seq, at, kind, body) VALUES (?, 0, ?, 'create', ?)",
                        (session_id, now, body))
+            _write_parts(db, session_id, parts or {})
 
         self._write(write)
 
     def commit(self, session_id: str, state: str, version: int, kind: str, event: dict,
-               finished: list[tuple[str, str]] = ()) -> None:
-        """Write the state as ``version`` (the row must be at version − 1), an
-        event and finished-job records, atomically; returns once durable."""
+               finished: list[tuple[str, str]] = (), parts: dict[str, str] | None = None,
+               jobs: list[tuple[str, int, str]] = (), removed: list[str] = ()) -> None:
+        """Write the head ``state`` as ``version`` (the row must be at version − 1),
+        an event, finished-job records, the changed ``parts``, the changed active
+        ``jobs`` (id, ord, record) and the ``removed`` ones, atomically; returns
+        once durable."""
         now = time.time()
         body = json.dumps(event, allow_nan=False)
 
@@ -119,6 +177,13 @@ class Store:
             if finished:
                 db.executemany("INSERT INTO finished_jobs (session_id, job_id, record) VALUES (?, ?, ?)",
                                [(session_id, j, r) for j, r in finished])
+            _write_parts(db, session_id, parts or {})
+            if removed:
+                db.executemany("DELETE FROM active_jobs WHERE session_id = ? AND job_id = ?",
+                               [(session_id, j) for j in removed])
+            if jobs:
+                db.executemany("INSERT OR REPLACE INTO active_jobs (session_id, job_id, ord, record) VALUES (?, ?, ?, ?)",
+                               [(session_id, j, o, r) for j, o, r in jobs])
 
         self._write(write)
 
@@ -187,10 +252,27 @@ class Store:
         with self._lock:
             return self._read.execute(sql, args).fetchall()
 
-    def load(self, session_id: str) -> tuple[str, int] | None:
-        rows = self._query("SELECT state, version FROM sessions WHERE id = ?", (session_id,))
-        row = rows[0] if rows else None
-        return None if row is None else (row[0], int(row[1]))
+    def load(self, session_id: str) -> "StoredSession | None":
+        """The session's head, version, parts and active jobs (in arrival order),
+        read in one transaction (a consistent version)."""
+
+        def read(db: sqlite3.Connection) -> StoredSession | None:
+            row = db.execute("SELECT state, version FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if row is None:
+                return None
+            parts = dict(db.execute("SELECT name, body FROM session_parts WHERE session_id = ?", (session_id,)))
+            jobs = db.execute("SELECT job_id, ord, record FROM active_jobs WHERE session_id = ? ORDER BY ord",
+                              (session_id,)).fetchall()
+            return StoredSession(row[0], int(row[1]), parts, jobs)
+
+        if self._read is self._db:  # in memory: inside the writer's transaction
+            return self._write(read)
+        with self._lock:
+            self._read.execute("BEGIN")  # one snapshot of the three tables
+            try:
+                return read(self._read)
+            finally:
+                self._read.execute("COMMIT")
 
     def finished_job(self, session_id: str, job_id: str) -> dict | None:
         rows = self._query("SELECT record FROM finished_jobs WHERE session_id = ? AND job_id = ?", (session_id, job_id))
