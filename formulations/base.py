@@ -1,5 +1,5 @@
 """What every fractional formulation shares: the Formulation a module's
-``build(inst, **options)`` returns, the base constraints of DESIGN.md §4, and
+``build(inst, **options)`` returns, the base constraints of docs/architecture.md §3, and
 space sharing's pairs.
 
     X >= 0,   X[m, j] = 0 where job m cannot run on type j,

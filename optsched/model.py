@@ -2,7 +2,7 @@
 numpy view of it that formulations work on.
 
 Nothing here imports cvxpy, jax or ortools: this is the bottom of the import
-graph (DESIGN.md §2).
+graph (docs/architecture.md §2).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Cluster(_Strict):
 
 
 class GoodputSpec(_Strict):
-    """An elastic job's goodput model (Pollux/Sia; DESIGN.md §8). Configuration
+    """An elastic job's goodput model (Pollux/Sia; docs/architecture.md §7). Configuration
     policies (pollux, sia) choose its GPU count and batch size from it; jobs without
     it keep their scale factor and throughput (no elasticity)."""
 
@@ -150,7 +150,7 @@ class GoodputSpec(_Strict):
 
 
 class Job(_Strict):
-    id: str
+    id: str = Field(min_length=1)
     model: str = ""
     scale_factor: int = Field(default=1, gt=0, le=MAX_GPUS, description="GPUs the job runs on.")
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False, description="Priority weight.")
@@ -300,6 +300,8 @@ def _check_job(i: int, j: "Job", ids: set[str], types: set[str], gpus: dict[str,
             f"jobs[{i}].scale_factor: job {j.id!r} needs {j.scale_factor} GPUs, more than any "
             f"type it can run on has"
         )
+    if j.steps_total is not None and j.steps_done > j.steps_total:
+        raise ValueError(f"jobs[{i}].steps_done: {j.steps_done:g} exceeds steps_total {j.steps_total:g}")
     _check_colocated(i, j, ids, types)
     for t in (j.goodput.perf_params if j.goodput else {}):
         if t not in types:
@@ -329,7 +331,8 @@ def _suspect_jobs(jobs: list["Job"], gpus: dict[str, int]) -> list[int]:
     positive = vals > 0  # NaN is not (like the Python check)
     fits = positive & (sf[rows] <= cap[cols])
     suspect = (np.bincount(rows[cols < 0], minlength=n) > 0) | (np.bincount(rows[fits], minlength=n) == 0)
-    suspect[[m for m, j in enumerate(jobs) if j.colocated or (j.goodput is not None and j.goodput.perf_params)]] = True
+    suspect[[m for m, j in enumerate(jobs) if j.colocated or (j.goodput is not None and j.goodput.perf_params)
+             or (j.steps_total is not None and j.steps_done > j.steps_total)]] = True
     return np.flatnonzero(suspect).tolist()
 
 

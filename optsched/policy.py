@@ -1,5 +1,5 @@
 """The one entry point that pairs a formulation with a solver and decodes the
-result into an Allocation with an explanation (DESIGN.md §2, §3).
+result into an Allocation with an explanation (docs/architecture.md §1, §3).
 
 A policy is registered as (formulation module, options). The module exposes
 either ``build(inst, **options) -> Formulation`` (a block LP and how to read
@@ -229,8 +229,11 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
         objective, prices = form.objective(sol), sol.price
     else:
         X, status, objective, prices = _fallback(inst, policy, sol.backend, sol.message or sol.status)
-    explanation = explain(inst, X, form.share(X, Y), prices, objective if sol.ok else None)
+    # A fallback's lowest shares are not a bottleneck of the policy: no marks.
+    explanation = explain(inst, X, form.share(X, Y) if sol.ok else None, prices, objective if sol.ok else None)
     explanation.update(form.info)
+    log.info("%s: %d jobs x %d types, %s backend %s: %s in %.3f s", policy, inst.n, inst.k, solver, sol.backend,
+             status, solver_seconds)
     thr, packed = (inst.throughput * X).sum(axis=1), {}
     if pk is not None and Y is not None:
         thr, packed = _packed_result(inst, pk, X, Y, explanation)
@@ -246,7 +249,7 @@ def _fallback(inst: Instance, policy: str, backend: str, reason: str) -> tuple[n
     every usable type, each type's column scaled to fit (always feasible)."""
     from optsched.formulations.base import fallback_allocation
 
-    log.warning("%s: solver %s failed (%s); using the equal share scaled to fit", policy, backend, reason)
+    log.warning("%s: no solution (%s); using the equal share scaled to fit", policy, reason)
     return fallback_allocation(inst), f"fallback: {reason} (equal share scaled to fit)", float("nan"), None
 
 
@@ -321,6 +324,9 @@ def _relative_shares(inst: Instance, thr: np.ndarray) -> dict:
     }
 
 
+PRICE_NOISE = 1e-8
+
+
 def explain(inst: Instance, X: np.ndarray, share: np.ndarray, prices, objective) -> dict:
     """Why did my job get this? Prices of GPU types, the bottleneck jobs (lowest
     value of the policy's own per-job metric ``share``), and each job's
@@ -332,7 +338,12 @@ def explain(inst: Instance, X: np.ndarray, share: np.ndarray, prices, objective)
         **_relative_shares(inst, thr),
     }
     if prices is not None:
-        p = np.maximum(np.asarray(prices, dtype=float).reshape(-1), 0.0)
+        p = np.maximum(np.nan_to_num(np.asarray(prices, dtype=float).reshape(-1)), 0.0)
+        # An uncontended type's price is 0; an interior-point solver leaves ~1e-11
+        # there. Weak duality bounds Σ π_j W_j by the objective, so a price below
+        # 1e-8 of objective / ΣW (or of the largest price) is solver noise.
+        scale = max(float(p.max(initial=0.0)), abs(objective or 0.0) / max(float(inst.capacity.sum()), 1.0))
+        p[p < PRICE_NOISE * scale] = 0.0
         out["gpu_price"] = {t: float(v) for t, v in zip(inst.gpu_types, p)}
     if share is not None and len(share):
         low = float(np.min(share))

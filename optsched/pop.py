@@ -105,8 +105,11 @@ def solve_partitioned(
         raise OptschedError("partitions: space sharing (packing) cannot be partitioned")
     family = _family(policy)
     t0 = time.perf_counter()
-    groups = [g for g in partition(inst, partitions, seed) if len(g)]
-    tasks = [(sub_instance(inst, g, partitions), policy, solver, time_limit, options, None) for g in groups]
+    # Never more groups than jobs: each group gets 1/k of every type, so an
+    # empty group would leave its share of the cluster idle.
+    k = max(1, min(partitions, inst.n))
+    groups = partition(inst, k, seed)
+    tasks = [(sub_instance(inst, g, k), policy, solver, time_limit, options, None) for g in groups]
     # The first partition alone, then the rest warm from its prices (see SIBLING_SLACKS).
     parts = [_solve_one(tasks[0])]
     warm = _sibling_warm(parts[0], inst.gpu_types) if family == "min" else None  # max-min: objective = level z
@@ -124,9 +127,34 @@ def solve_partitioned(
         X[g] = a.fractions
     objectives = [a.objective for a in parts]
     objective = {"min": min, "max": max, "sum": sum}[family](objectives)
-    statuses = sorted({a.status for a in parts})
-    status = statuses[0] if len(statuses) == 1 else "mixed: " + ", ".join(statuses)
-    explanation = {"partitions": len(groups), "partition_status": statuses,
+    distinct = sorted({a.status for a in parts})
+    status = distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
+    explanation = {**_merged_explanation(inst, X, parts, family, objective), "partitions": k,
+                   "partition_status": [a.status for a in parts],
                    "partition_solve_seconds": [a.solve_seconds for a in parts]}
+    if k != partitions:
+        explanation["partitions_requested"] = partitions
     return Allocation.of(inst, policy, X, status, float(objective), time.perf_counter() - t0,
                          explanation=explanation)
+
+
+def _merged_explanation(inst: Instance, X: np.ndarray, parts: list[Allocation], family: str, objective: float) -> dict:
+    """The exact solve's explanation keys for the merged allocation: capacity use and
+    relative shares of the whole; GPU prices as the partitions' mean (each partition
+    prices its 1/k of the cluster; siblings' prices differ by ~1 % at scale); the
+    bottleneck jobs of the partitions that set the merged objective (min or max
+    family), of every partition for additive objectives."""
+    from optsched.policy import explain
+
+    out = explain(inst, X, None, None, None)
+    prices = [p.explanation["gpu_price"] for p in parts if "gpu_price" in p.explanation]
+    if len(prices) == len(parts):
+        out["gpu_price"] = {t: float(np.mean([p.get(t, 0.0) for p in prices])) for t in inst.gpu_types}
+    setting = parts
+    if family != "sum" and np.isfinite(objective):
+        tol = 1e-5 * max(abs(objective), 1.0)
+        setting = [p for p in parts if abs(p.objective - objective) <= tol]
+    if any("bottleneck_jobs" in p.explanation for p in setting):
+        out["bottleneck_jobs"] = sorted({j for p in setting for j in p.explanation.get("bottleneck_jobs", [])},
+                                        key=inst.job_ids.index)
+    return out

@@ -1,6 +1,6 @@
 """Solver layer: names for users, and a cvxpy entry point kept for the one
 MILP still written in cvxpy (formulations/hadar.py). Knows nothing of jobs or
-clusters (DESIGN.md §2).
+clusters (docs/architecture.md §2).
 
 Every fractional policy is a block LP (solvers/block_lp.py) solved without
 cvxpy; the user-facing solver names map to its backends (optsched/policy.py):

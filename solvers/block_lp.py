@@ -212,13 +212,18 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
         import logging
 
         logging.getLogger("optsched.solvers").info("block IPM: %s; solving with clarabel", sol.message)
+        tried = sol.message  # a failure names every backend tried, in order
         sol = _matrix_solve(lp, "clarabel", max(deadline - time.perf_counter(), 1e-3))
-        if sol.ok or sol.status == "time_limit" or time.perf_counter() > deadline:
+        if sol.ok:
             return sol
+        tried = f"{tried}; {sol.message}"
+        if sol.status == "time_limit" or time.perf_counter() > deadline:
+            return dataclasses.replace(sol, message=tried)
         # Badly scaled water-filling rounds (rows divided by tiny levels, entries ~1e4)
         # where CLARABEL reports a feasible program infeasible: HiGHS decides.
         logging.getLogger("optsched.solvers").info("clarabel: %s; solving with highs-ipm", sol.message)
-        return _matrix_solve(lp, "highs-ipm", max(deadline - time.perf_counter(), 1e-3))
+        sol = _matrix_solve(lp, "highs-ipm", max(deadline - time.perf_counter(), 1e-3))
+        return sol if sol.ok else dataclasses.replace(sol, message=f"{tried}; {sol.message}")
     elif backend == "ipm":
         backend = "highs-ipm"  # pair columns couple rows: a general sparse backend
     return _matrix_solve(lp, backend, max(t0 + time_limit - time.perf_counter(), 1e-3))

@@ -36,6 +36,31 @@ def test_pop_merged_allocation_satisfies_the_full_problem(policy, seed):
             assert alloc.objective <= exact.objective * (1 + 1e-6)
 
 
+def test_pop_never_makes_more_groups_than_jobs_and_explains_like_the_exact_solve():
+    """More partitions than jobs used to leave empty groups holding their 1/k of
+    the cluster idle (objective 0.06 against 1.5, status "optimal")."""
+    from optsched.pop import solve_partitioned
+
+    inst = instances.rigid(6, 3, 4)
+    capped = solve_partitioned(inst, "max_min_fairness", 100)
+    same = solve_partitioned(inst, "max_min_fairness", 6)
+    ex = capped.explanation
+    assert ex["partitions"] == 6 and ex["partitions_requested"] == 100
+    assert capped.objective == pytest.approx(same.objective, rel=1e-9) and np.allclose(capped.fractions, same.fractions)
+    assert len(ex["partition_status"]) == 6
+    # The table's columns: capacity use of the merged allocation, shares, prices, bottleneck marks.
+    used = inst.scale_factor @ capped.fractions
+    assert [ex["capacity_used"][t] for t in inst.gpu_types] == pytest.approx(used)
+    assert set(ex["share_vs_fair"]) == set(inst.job_ids)
+    assert set(ex["gpu_price"]) == set(inst.gpu_types)
+    assert ex["bottleneck_jobs"] and set(ex["bottleneck_jobs"]) <= set(inst.job_ids)
+    # The bottleneck jobs are those of the partition that sets the (minimum) objective.
+    alloc = solve_partitioned(instances.rigid(400, 3, 5), "max_min_fairness", 4)
+    share = alloc.explanation["share_vs_equal"]
+    low = min(share[j] for j in alloc.explanation["bottleneck_jobs"])
+    assert low == pytest.approx(min(share.values()), rel=1e-4)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_pop_sibling_partitions_warm_from_the_first_reach_their_own_optimum(seed, monkeypatch):
     """The partitions after the first start an exact crossover from its prices:

@@ -73,6 +73,9 @@ def _mutate(fn):
 
 BAD = {
     "malformed_json": ('{"version": 1, "cluster": ', "malformed JSON"),
+    "empty_id": (_mutate(lambda s: s["jobs"][1].update(id="")), "jobs[1].id"),
+    "done_past_total": (_mutate(lambda s: s["jobs"][1].update(steps_total=100, steps_done=200)),
+                        "jobs[1].steps_done: 200 exceeds steps_total 100"),
     "wrong_type": (_mutate(lambda s: s["jobs"][0].update(scale_factor="two")), "jobs[0].scale_factor"),
     "negative_throughput": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100=-1.0)), "jobs[0].throughput"),
     "nan_throughput": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100=float("nan"))), "jobs[0].throughput"),

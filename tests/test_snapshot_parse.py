@@ -66,6 +66,8 @@ def reference_job_checks(snap_dict: dict) -> str | None:
         if not any(j.scale_factor <= cluster.gpus[t] for t, x in j.throughput.items() if x > 0):
             return (f"jobs[{i}].scale_factor: job {j.id!r} needs {j.scale_factor} GPUs, more than any "
                     f"type it can run on has")
+        if j.steps_total is not None and j.steps_done > j.steps_total:
+            return f"jobs[{i}].steps_done: {j.steps_done:g} exceeds steps_total {j.steps_total:g}"
         for other, per_type in (j.colocated or {}).items():
             if other not in id_set:
                 return f"jobs[{i}].colocated: unknown job id {other!r}"
@@ -153,6 +155,8 @@ def random_snapshot(rng: np.random.Generator, n: int, rich: bool = True) -> dict
                     job[f] = float(rng.uniform(lo, hi))
             if "steps_total" in job and rng.random() < 0.2:
                 job["steps_total"] = int(job["steps_total"])  # an integer in the JSON
+            if "steps_total" in job and "steps_done" in job:  # past the end is refused (corrupt_jobs)
+                job["steps_done"] = min(job["steps_done"], job["steps_total"])
             if rng.random() < 0.3:
                 job["entity"] = f"team{int(rng.integers(3))}"
             if rng.random() < 0.2:
@@ -191,7 +195,7 @@ def corrupt_jobs(rng: np.random.Generator, snap: dict) -> dict:
     types = list(snap["cluster"]["gpus"])
     for m in rng.choice(len(jobs), size=int(rng.integers(1, 4)), replace=True):
         job = jobs[m]
-        what = int(rng.integers(9))
+        what = int(rng.integers(10))
         if what == 0:
             job["throughput"]["h100"] = 1.0
         elif what == 1:
@@ -206,6 +210,8 @@ def corrupt_jobs(rng: np.random.Generator, snap: dict) -> dict:
             job["colocated"] = {jobs[0]["id"] if m else jobs[-1]["id"]: {"h100": [1.0, 1.0]}}
         elif what == 6:
             job["colocated"] = {jobs[0]["id"] if m else jobs[-1]["id"]: {types[0]: [1.0, -2.0]}}
+        elif what == 8:
+            job["steps_total"], job["steps_done"] = 10.0, 10.5
         elif what == 7:
             job["goodput"] = {"perf_params": {"h100": [0.05, 0.001, 0.2, 0.01, 0.05, 0.002, 2.0]}, "init_batch_size": 64}
         else:

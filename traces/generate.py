@@ -1,6 +1,6 @@
 """Trace generators (deterministic given a seed).
 
-Gavel-style continuous arrivals (DESIGN.md §7, as Gavel's ``utils.generate_job``
+Gavel-style continuous arrivals (README "Simulating a cluster", as Gavel's ``utils.generate_job``
 and ``Scheduler.simulate`` do it): the first job arrives at t = 0, then
 inter-arrival times are exponential with mean 3600/rate s; a job's duration on
 the reference GPU (V100) is 60·10^U(1.5, 3) s with probability 0.8, else

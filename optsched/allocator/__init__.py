@@ -1,5 +1,5 @@
 """The round-based allocator: from time fractions X[m, j] to the jobs that run
-this round and their GPUs (Gavel's mechanism, DESIGN.md §6).
+this round and their GPUs (Gavel's mechanism, docs/allocator.md).
 
 The parts, in the order a round uses them:
 

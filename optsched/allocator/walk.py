@@ -1,4 +1,4 @@
-"""Gavel's priority walk (DESIGN.md §6): which units run this round on which
+"""Gavel's priority walk (docs/allocator.md): which units run this round on which
 GPU type. A unit is one job on exactly its width of GPUs, or a packed pair
 sharing its GPUs.
 

@@ -1,4 +1,4 @@
-"""Goodput models for GPU types a job has not run on (Sia's idea, DESIGN.md §8).
+"""Goodput models for GPU types a job has not run on (Sia's idea, docs/architecture.md §7).
 
 What we chose: a job measured on type s but not on type t gets type t's
 parameters by scaling every time term of its type-s model (α_c … β_r) by

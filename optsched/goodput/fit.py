@@ -1,4 +1,4 @@
-"""Fit the 7 throughput parameters from observed iteration times (DESIGN.md §8).
+"""Fit the 7 throughput parameters from observed iteration times (docs/architecture.md §7).
 
 Objective (the peers' one, Pollux `fit_perf_params`):
 
@@ -246,7 +246,7 @@ def fit_params(obs: Observations, prior: np.ndarray | None = None, min_observati
 
 def fit_many(observations: list[Observations], priors: list | None = None) -> list[FitResult]:
     """Refit every running job's model for one round (a loop of jitted fits:
-    measured faster than vmap of BFGS here, see DESIGN.md §8 and bench/goodput_fit_bench.py)."""
+    measured faster than vmap of BFGS here, see docs/architecture.md §7 and bench/goodput_fit_bench.py)."""
     priors = priors or [None] * len(observations)
     return [fit_params(o, p) for o, p in zip(observations, priors)]
 

@@ -1,4 +1,4 @@
-"""Pollux's goodput model, vectorized over jobs and configurations (DESIGN.md §8).
+"""Pollux's goodput model, vectorized over jobs and configurations (docs/architecture.md §7).
 
 Throughput (7 parameters θ = α_c, β_c, α_n, β_n, α_r, β_r, γ) for r replicas on
 n nodes, per-GPU micro-batch b and s gradient-accumulation steps:

@@ -391,7 +391,8 @@ class Runtime:
 
     def _snapshot(self, active: list[_JobState], now: float) -> Snapshot:
         jobs = [Job(id=s.job.job_id, model=s.job.model, scale_factor=s.job.scale_factor, weight=s.job.weight,
-                    throughput=self._throughput(s), steps_total=float(s.job.steps), steps_done=float(s.steps_done),
+                    throughput=self._throughput(s), steps_total=float(s.job.steps),
+                    steps_done=float(min(s.steps_done, s.job.steps)),  # a job may report past its end
                     arrival_time=s.job.arrival_time, elapsed_time=max(now - s.job.arrival_time, 0.0),
                     attained_service=s.attained)
                 for s in active]

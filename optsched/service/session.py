@@ -4,7 +4,7 @@ Python (the HTTP layer in ``optsched.service.app`` is a thin shell over it).
 A session holds a cluster, a policy and options; jobs are submitted, updated
 and finished; the caller reports progress; ``next_round()`` returns which jobs
 run where. It runs the simulator's stages with the caller as the execution
-stage (DESIGN.md §11):
+stage (docs/architecture.md §1):
 
     admission     submit() — every submitted job is active at the next round;
     policy        ``optsched.policy.solve_instance`` when jobs arrived, left or

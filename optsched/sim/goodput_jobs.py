@@ -1,4 +1,4 @@
-"""Elastic jobs in the simulator: the goodput side of the stages (DESIGN.md §7-8).
+"""Elastic jobs in the simulator: the goodput side of the stages (docs/architecture.md §7).
 
 A job is elastic by its data: it names an application with a goodput profile
 (Pollux/Sia workloads: ``name,time,application,num_replicas,batch_size``) and

@@ -1,4 +1,4 @@
-"""The round-based simulation loop (DESIGN.md §6-7, §11): rigid and elastic jobs
+"""The round-based simulation loop (docs/allocator.md-7, §11): rigid and elastic jobs
 in one loop of stages (optsched/sim/stages.py), each round in this order:
 
     admission  new arrivals (arrival <= now) join the active set — all of them

@@ -1,4 +1,4 @@
-"""The stages of one scheduling round (DESIGN.md §11), each a plain function of
+"""The stages of one scheduling round (docs/architecture.md §1), each a plain function of
 typed state — shared by the simulator's loop (optsched/sim/loop.py) and meant
 for a service's sessions and a real runtime:
 
