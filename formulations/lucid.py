@@ -143,6 +143,9 @@ def allocate(inst: Instance, policy: str = "lucid", solver: str = "auto", time_l
     explanation = {
         "priority_order": [inst.job_ids[m] for m in order],
         "profiling": [inst.job_ids[m] for m in np.flatnonzero(profiling)],
+        # Unprofiled jobs run only in the profiling partition: these wait for it even
+        # when the main cluster has free GPUs (Lucid's rule).
+        "waiting_for_profiling": [inst.job_ids[m] for m in np.flatnonzero(~profiled & ~profiling)],
         "profiling_partition": {"gpu_type": inst.gpu_types[ptype], "gpus": pg if profile_minutes > 0 else 0},
         "job_class": {jid: CLASSES[c] for jid, c in zip(inst.job_ids, cls)},
         "predicted_duration": {jid: float(d) for jid, d in zip(inst.job_ids, pred)},

@@ -50,6 +50,16 @@ def test_lucid_profiles_new_jobs_then_orders_by_predicted_gpu_service():
     assert a.explanation["profiling"] == ["j3"]  # the new job runs on the profiling GPU
     assert a.explanation["priority_order"] == ["j1", "j2", "j0"]
     assert a.fractions[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0]  # 3 main GPUs + 1 profiling GPU
+    assert a.explanation["waiting_for_profiling"] == []
+
+
+def test_lucid_says_which_new_jobs_wait_for_the_profiling_partition():
+    """Two new jobs, one profiling GPU: the second waits although the main cluster is idle."""
+    inst = _inst(3, 5, executed=[600, 0, 0], extras={"predicted_duration": np.array([100.0, 100.0, 100.0])})
+    a = solve_instance(inst, "lucid", profile_gpus=1)
+    assert a.explanation["profiling"] == ["j1"]
+    assert a.explanation["waiting_for_profiling"] == ["j2"]
+    assert a.fractions[2].sum() == 0.0 and a.fractions.sum() == 2.0
 
 
 def test_lucid_does_not_preempt_and_ageing_lifts_long_waiters():
