@@ -140,12 +140,17 @@ class _Fill:
     solver_seconds: float = 0.0
     warm: tuple | None = None  # prices and level for the next LP round's crossover
     status: str = "optimal"
+    idle: int = 0  # consecutive rounds that froze no job
 
     def freeze(self, inst, jobs: np.ndarray, levels, t: float) -> None:
         self.rounds += 1
+        self.idle = 0 if len(jobs) else self.idle + 1
         if self.rounds == 1:
             self.objective, self.bottleneck = t, [inst.job_ids[m] for m in jobs]
         self.frozen[jobs], self.level[jobs] = True, levels
+
+
+MAX_IDLE_ROUNDS = 5
 
 
 def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None, warm_levels=True) -> Allocation:
@@ -233,6 +238,10 @@ def _lp_round(st: _Fill, inst, A0, weights, backend: str, deadline: float, warm_
     # Frozen a hair below the level the solver found: its solution meets the rows only
     # to its tolerance, and levels above what fits make a later round infeasible.
     st.freeze(inst, stuck, frozen_levels(inst, A0, sol.z * w)[stuck], sol.z)
+    if st.idle >= MAX_IDLE_ROUNDS:  # a missed stuck job waits one round, never this many: numerics
+        st.status = (f"stopped: {st.idle} rounds froze no job (numerical trouble); "
+                     f"{int((~st.frozen).sum())} jobs keep the last round's level")
+        return None
     return sol
 
 

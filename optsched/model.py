@@ -29,6 +29,13 @@ SNAPSHOT_VERSION = 1
 MAX_GPUS = 100_000  # GPUs in a cluster, all types together (so also per type and per server)
 MAX_GPU_TYPES = 64  # GPU types in a cluster
 MAX_JOBS = 100_000  # jobs in a snapshot
+MAX_SERVERS = MAX_GPUS  # a server has at least one GPU
+# Value ranges (README, "The snapshot"): beyond them products and ratios of the
+# programs' coefficients overflow or lose every digit (a throughput of 1e308
+# made max-min report 3e-11 as "optimal"; 1e-300 made water filling run for
+# thousands of rounds).
+MIN_THROUGHPUT, MAX_THROUGHPUT = 1e-12, 1e15  # steps/s; 0 = cannot run there
+MIN_WEIGHT, MAX_WEIGHT = 1e-9, 1e9
 
 
 class OptschedError(ValueError):
@@ -56,7 +63,7 @@ class Server(_Strict):
 class Cluster(_Strict):
     gpus: dict[str, int] = Field(description="GPU count per accelerator type.")
     servers: list[Server] | None = Field(
-        default=None,
+        default=None, max_length=MAX_SERVERS,
         description="Optional servers; when absent, placement synthesizes servers from `gpus`.",
     )
     price_per_hour: dict[str, float] | None = Field(
@@ -153,7 +160,7 @@ class Job(_Strict):
     id: str = Field(min_length=1)
     model: str = ""
     scale_factor: int = Field(default=1, gt=0, le=MAX_GPUS, description="GPUs the job runs on.")
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False, description="Priority weight.")
+    weight: float = Field(default=1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False, description="Priority weight.")
     throughput: dict[str, float] = Field(
         description="Steps/s at its scale factor per GPU type; a missing type means it cannot run there."
     )
@@ -204,6 +211,8 @@ class Job(_Strict):
                 raise ValueError(f"throughput[{t!r}] is not finite ({x})")
             if x < 0:
                 raise ValueError(f"throughput[{t!r}] is negative ({x})")
+            if x > MAX_THROUGHPUT or 0 < x < MIN_THROUGHPUT:
+                raise ValueError(f"throughput[{t!r}] must be 0 or between {MIN_THROUGHPUT:g} and {MAX_THROUGHPUT:g} steps/s ({x})")
         return v
 
 
@@ -257,8 +266,8 @@ class Snapshot(_Strict):
             if not math.isfinite(price) or price < 0:
                 raise ValueError(f"cluster.price_per_hour[{t!r}] must be finite and >= 0 ({price})")
         for e, w in (self.entity_weights or {}).items():
-            if not math.isfinite(w) or w <= 0:
-                raise ValueError(f"entity_weights[{e!r}] must be finite and > 0 ({w})")
+            if not math.isfinite(w) or not MIN_WEIGHT <= w <= MAX_WEIGHT:
+                raise ValueError(f"entity_weights[{e!r}] must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g} ({w})")
         return self
 
 
@@ -346,8 +355,9 @@ def _check_colocated(i: int, job: "Job", ids: set[str], types: set[str]) -> None
         for t, rates in per_type.items():
             if t not in types:
                 raise ValueError(f"jobs[{i}].colocated[{other!r}]: unknown GPU type {t!r}")
-            if not all(math.isfinite(r) and r >= 0 for r in rates):
-                raise ValueError(f"jobs[{i}].colocated[{other!r}][{t!r}]: rates must be finite and >= 0 ({list(rates)})")
+            if not all(math.isfinite(r) and 0 <= r <= MAX_THROUGHPUT for r in rates):
+                raise ValueError(f"jobs[{i}].colocated[{other!r}][{t!r}]: rates must be finite, >= 0 and <= "
+                                 f"{MAX_THROUGHPUT:g} ({list(rates)})")
 
 
 class GpuSlot(_Strict):
@@ -396,6 +406,8 @@ def _parse_reference(data: str | bytes | dict) -> Snapshot:
             raise OptschedError(f"invalid snapshot: not UTF-8 text (byte {e.start})") from None
         except RecursionError:
             raise OptschedError("invalid snapshot: JSON nested too deeply") from None
+        except ValueError as e:  # an integer of more than 4,300 digits (Python's conversion limit)
+            raise OptschedError("invalid snapshot: a number has more than 4,300 digits") from None
     if not isinstance(data, dict):
         raise OptschedError("invalid snapshot: top level must be a JSON object")
     try:
@@ -425,7 +437,8 @@ def _parse_json_fast(data: str | bytes) -> Snapshot | None:
     except Exception:  # a JSON syntax error, a validation error, anything: the reference path names it
         return None
     vals = np.fromiter(chain.from_iterable(j.throughput.values() for j in snap.jobs), dtype=float)
-    if not (np.isfinite(vals).all() and (vals >= 0).all()):  # Job._finite_non_negative, for every job at once
+    in_range = (vals == 0) | ((vals >= MIN_THROUGHPUT) & (vals <= MAX_THROUGHPUT))  # NaN is not
+    if not in_range.all():  # Job._finite_non_negative, for every job at once
         return None
     return snap
 

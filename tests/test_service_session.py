@@ -153,8 +153,12 @@ def test_finished_jobs_leave_the_allocator_and_their_ids_stay_taken(tmp_path):
     assert s.job("a")["status"] == "finished" and [j["id"] for j in s.finished_jobs()] == ["a"]
     with pytest.raises(Conflict):
         s.submit({"id": "a", "throughput": {"v100": 1.0}})
-    with pytest.raises(NotFound):
+    with pytest.raises(Conflict, match="finished"):  # 409: a known job whose state forbids it
         s.report({"job_id": "a", "steps": 1})
+    with pytest.raises(Conflict, match="already finished"):
+        s.finish("a")
+    with pytest.raises(NotFound):
+        s.report({"job_id": "nobody", "steps": 1})
     assert s.remove(["a", "b"])[0]["id"] == "b"  # "a" already finished: skipped
     assert s.next_round()["placement"] == {}
 

@@ -74,6 +74,11 @@ def _mutate(fn):
 BAD = {
     "malformed_json": ('{"version": 1, "cluster": ', "malformed JSON"),
     "empty_id": (_mutate(lambda s: s["jobs"][1].update(id="")), "jobs[1].id"),
+    # Beyond these ranges the programs' coefficients overflow (1e308 solved to a wrong "optimal").
+    "huge_throughput": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100=1e308)), "jobs[0].throughput"),
+    "tiny_throughput": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100=1e-300)), "jobs[0].throughput"),
+    "huge_weight": (_mutate(lambda s: s["jobs"][0].update(weight=1e308)), "jobs[0].weight"),
+    "huge_integer": ('{"version": 1, "cluster": {"gpus": {"v100": ' + "9" * 5000 + '}}, "jobs": []}', "4,300 digits"),
     "done_past_total": (_mutate(lambda s: s["jobs"][1].update(steps_total=100, steps_done=200)),
                         "jobs[1].steps_done: 200 exceeds steps_total 100"),
     "wrong_type": (_mutate(lambda s: s["jobs"][0].update(scale_factor="two")), "jobs[0].scale_factor"),
@@ -177,3 +182,13 @@ def test_table_rows_are_capped_with_bottleneck_jobs_first(tmp_path):
     assert all(f" {j['id']} " in every.output for j in jobs) and "more jobs" not in every.output
     bad = run(["solve", str(path), "--rows", "-1"])
     assert bad.exit_code == 2 and "--rows" in bad.output
+
+
+def test_the_table_shows_control_characters_in_names_instead_of_sending_them(tmp_path):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"cluster": {"gpus": {"v100": 2}},
+                             "jobs": [{"id": "a\u001b[2Jb", "model": "m\u0007", "throughput": {"v100": 1.0}}]}))
+    res = runner.invoke(app, ["solve", str(p)])
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.output and "\x07" not in res.output
+    assert "a\\x1b[2Jb" in res.output

@@ -104,6 +104,9 @@ def solve(
         raise typer.Exit(3)
 
 
+_CONTROL_CHARS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
 def _print_solution(snap, out: dict, rows: int = 50) -> None:
     from rich.markup import escape
 
@@ -114,7 +117,10 @@ def _print_solution(snap, out: dict, rows: int = 50) -> None:
         f"{'n/a' if obj is None else f'{obj:.6g}'}  parse {out['parse_seconds'] * 1000:.1f} ms, "
         f"solve {out['solve_seconds'] * 1000:.1f} ms"
     )
-    from rich.markup import escape as esc  # user text (ids, models, types) is never rich markup
+    def esc(text) -> str:
+        """User text (ids, models, types) is never rich markup, and its control
+        characters (a terminal escape in a job id) are shown, not sent."""
+        return escape(str(text).translate(_CONTROL_CHARS))
 
     types = list(snap.cluster.gpus)
     table = Table(show_edge=False, header_style="bold")

@@ -387,8 +387,9 @@ class Session:
         # Validate everything first.
         for i, r in enumerate(reqs):
             if r.job_id not in s["jobs"]:
-                where = "finished" if self._finished_record(r.job_id) else "not in the session"
-                raise NotFound(f"reports[{i}].job_id: job {r.job_id!r} is {where}")
+                if self._finished_record(r.job_id):  # known, but the request contradicts its state
+                    raise Conflict(f"reports[{i}].job_id: job {r.job_id!r} is finished")
+                raise NotFound(f"reports[{i}].job_id: job {r.job_id!r} is not in the session")
             if r.steps is not None and r.steps_done is not None:
                 raise OptschedError(f"reports[{i}]: give steps or steps_done, not both")
             if (r.seconds is not None or r.throughput is not None) and r.job_id not in ran:
@@ -644,8 +645,9 @@ class Session:
     def _active(self, job_id: str) -> dict:
         rec = self._s["jobs"].get(job_id)
         if rec is None:
-            where = "already finished" if self._finished_record(job_id) else "not in the session"
-            raise NotFound(f"job {job_id!r} is {where}")
+            if self._finished_record(job_id):  # known, but the request contradicts its state
+                raise Conflict(f"job {job_id!r} is already finished")
+            raise NotFound(f"job {job_id!r} is not in the session")
         return rec
 
     def _finished_record(self, job_id: str) -> dict | None:
