@@ -180,10 +180,11 @@ def test_fuzz_sweep_options(tmp_path_factory, args):
 
 @pytest.fixture
 def no_server(monkeypatch):
-    """serve: everything up to listening (options, database, warm-up), then return instead of serving."""
-    import uvicorn
+    """serve: everything up to listening (options, database, warm-up, the bound socket), then return
+    instead of serving."""
+    import optsched.cli.serve as serve
 
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    monkeypatch.setattr(serve, "_serve_on", lambda *a, **k: None)
 
 
 SERVE_OPTIONS = {

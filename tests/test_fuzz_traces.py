@@ -162,8 +162,9 @@ def test_fuzz_trace_readers(trace, fmt):
 
 def test_convert_warns_or_refuses_what_the_target_cannot_carry(tmp_path, peer_data):
     """Tiresias → Gavel warns (unknown job types, durations dropped); Gavel → Pollux warns
-    (no application, no batch size); Gavel → Tiresias refuses (no durations); a .parquet
-    output is refused, and a .gz one round-trips."""
+    (no application, no batch size); Gavel → Tiresias derives durations from the throughput
+    table, and refuses job types the table lacks, naming --throughputs; a .parquet output is
+    refused, and a .gz one round-trips."""
     from typer.testing import CliRunner
 
     from optsched.cli import app
@@ -177,7 +178,9 @@ def test_convert_warns_or_refuses_what_the_target_cannot_carry(tmp_path, peer_da
     res = r.invoke(app, ["trace", "convert", str(gen), str(tmp_path / "p.csv"), "--to", "pollux"])
     assert res.exit_code == 0 and "not profiled applications" in res.stderr and "no batch sizes" in res.stderr
     res = invoke(["trace", "convert", str(gen), str(tmp_path / "t.csv"), "--to", "tiresias"])
-    assert res.exit_code == 2 and "duration" in res.stderr
+    assert res.exit_code == 0 and read_trace(tmp_path / "t.csv").jobs["duration"].gt(0).all()
+    res = invoke(["trace", "convert", str(tmp_path / "g.trace"), str(tmp_path / "t2.csv"), "--to", "tiresias"])
+    assert res.exit_code == 2 and "--throughputs" in res.stderr
     res = invoke(["trace", "generate", str(tmp_path / "x.parquet"), "--jobs", "5"])
     assert res.exit_code == 2 and "parquet" in res.stderr and not (tmp_path / "x.parquet").exists()
     res = invoke(["trace", "generate", str(tmp_path / "x.trace.gz"), "--jobs", "5"])

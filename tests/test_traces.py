@@ -162,7 +162,7 @@ def test_missing_field_names_the_row(tmp_path):
 def test_negative_field_names_the_row(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("name,time,application,num_replicas,batch_size\na,0,bert,1,32\nb,-5,bert,1,32\n")
-    with pytest.raises(OptschedError, match=r"row 3: arrival_time must be positive"):
+    with pytest.raises(OptschedError, match=r"row 3: time must be >= 0, got -5"):
         read_trace(p)
 
 

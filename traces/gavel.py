@@ -26,6 +26,9 @@ from optsched.traces.trace import Trace, make_trace, numeric_column
 FIELDS_10 = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
              "scale_factor", "priority_weight", "slo", "arrival_time")
 FIELDS_7 = ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps", "arrival_time", "scale_factor")
+# The trace's fields as messages about a row name them (the file has no header).
+FIELD_COLUMNS = {"model": "job type", "steps_total": "total steps", "arrival_time": "arrival time",
+                 "scale_factor": "scale factor", "weight": "priority weight", "slo": "SLO"}
 
 
 def read_gavel(path: str | os.PathLike) -> Trace:
@@ -63,7 +66,8 @@ def read_gavel(path: str | os.PathLike) -> Trace:
         rec["weight"] = numeric_column(cols["priority_weight"], "priority weight", rows, where)
         slo = numeric_column(cols["slo"], "SLO", rows, where)
         rec["slo"] = np.where(slo < 0, np.nan, slo)  # Gavel writes -1 for "no SLO"
-    return make_trace(rec, "gavel", str(p), notes=(f"{width}-field Gavel format",) if width == 7 else ())
+    return make_trace(rec, "gavel", str(p), notes=(f"{width}-field Gavel format",) if width == 7 else (),
+                      columns=FIELD_COLUMNS)
 
 
 def write_gavel(trace: Trace, path: str | os.PathLike) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from optsched.model import OptschedError
-from optsched.traces.throughputs import ThroughputTable
+from optsched.traces.throughputs import ThroughputTable, reference_rates
 from optsched.traces.trace import Trace, make_trace
 
 
@@ -61,8 +61,6 @@ def generate_gavel(
         raise OptschedError(f"generate: n_jobs must be from 1 to {MAX_GENERATED_JOBS:,}, got {n_jobs}")
     if not (np.isfinite(jobs_per_hour) and jobs_per_hour > 0):
         raise OptschedError(f"generate: jobs_per_hour must be a positive finite number, got {jobs_per_hour}")
-    if reference not in table.gpu_types:
-        reference = table.gpu_types[-1]
     # One substream per attribute, one uniform (row) per job: job i's draws do
     # not depend on n_jobs (a longer stream extends a shorter one).
     r_gap, r_dur, r_scale, r_model, r_weight = _streams(seed, 5)
@@ -84,7 +82,7 @@ def generate_gavel(
             raise OptschedError(f"generate: no model in the throughput table has a profile at scale factor {s}")
         idx = np.flatnonzero(scale == s)
         chosen[idx] = np.array(fits, dtype=object)[np.minimum((u_model[idx] * len(fits)).astype(int), len(fits) - 1)]
-    T, _ = table.matrix(chosen, scale, (reference,))
+    rate, reference = reference_rates(table, chosen, scale, reference)
     weight = np.where(r_weight.random(n_jobs) < 0.2, 5.0, 1.0) if multi_priority else np.ones(n_jobs)
     return make_trace(
         {
@@ -92,7 +90,7 @@ def generate_gavel(
             "arrival_time": arrival,
             "model": chosen,
             "scale_factor": scale,
-            "steps_total": duration * T[:, 0],
+            "steps_total": duration * rate,
             "duration": duration,
             "weight": weight,
         },

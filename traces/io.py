@@ -84,9 +84,6 @@ def write_trace(trace: Trace, path: str | os.PathLike, format: str) -> list[str]
             f"{p.suffix} is not a trace format")
     if format in FORMATS and len(trace) == 0:
         raise OptschedError(f"{format} writer: the trace has no jobs")
-    warnings = _conversion_warnings(trace, format)
-    for w in warnings:
-        logging.getLogger("optsched.traces").warning(w)
     if format == "gavel":
         from optsched.traces.gavel import write_gavel as writer
     elif format == "tiresias":
@@ -98,6 +95,9 @@ def write_trace(trace: Trace, path: str | os.PathLike, format: str) -> list[str]
     else:
         raise OptschedError(f"--format: unknown trace format {format!r} (choose from {', '.join(FORMATS)})")
     writer(trace, path)
+    warnings = _conversion_warnings(trace, format)
+    for w in warnings:  # after the write: a refused trace gets its one error line, no warnings before it
+        logging.getLogger("optsched.traces").warning(w)
     return warnings
 
 

@@ -24,10 +24,12 @@ import pandas as pd
 from optsched.model import OptschedError
 from optsched.traces.csvutil import read_csv_checked
 from optsched.traces.throughputs import ThroughputTable
-from optsched.traces.trace import MAX_SECONDS, Trace, make_trace, numeric_column
+from optsched.traces.trace import MAX_SECONDS, Trace, make_trace, numeric_column, require_durations
 
 COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 REFERENCE_GPU = "v100"
+# The trace's fields as this file names them (in messages about a row).
+FIELD_COLUMNS = {"arrival_time": "timestamp", "duration": "duration", "scale_factor": "num_gpus"}
 
 
 def read_philly(path: str | os.PathLike, cluster: str | None = None) -> Trace:
@@ -51,7 +53,7 @@ def read_philly(path: str | os.PathLike, cluster: str | None = None) -> Trace:
         "row": [rows[i] for i in idx],
     }
     return make_trace(rec, "philly", str(path), extra={"cluster": df["cluster"].to_numpy()[idx]},
-                      notes=("Philly has no model names: job types are assigned from a seed",))
+                      notes=("Philly has no model names: job types are assigned from a seed",), columns=FIELD_COLUMNS)
 
 
 def _timestamps(col: pd.Series, rows, where: str) -> pd.Series:
@@ -89,9 +91,8 @@ def _timestamps(col: pd.Series, rows, where: str) -> pd.Series:
 
 
 def write_philly(trace: Trace, path: str | os.PathLike, start: str = "2017-10-01 00:00:00") -> None:
+    require_durations(trace, "philly")
     j = trace.jobs
-    if j["duration"].isna().any():
-        raise OptschedError("philly writer: every job needs a duration")
     ts = pd.Timestamp(start) + pd.to_timedelta(j["arrival_time"], unit="s")
     pd.DataFrame(
         {"timestamp": ts.dt.strftime("%Y-%m-%d %H:%M:%S"), "duration": j["duration"], "num_gpus": j["scale_factor"],

@@ -20,6 +20,8 @@ from optsched.traces.csvutil import read_csv_checked
 from optsched.traces.trace import Trace, make_trace, numeric_column
 
 COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+# The trace's fields as this file names them (in messages about a row).
+FIELD_COLUMNS = {"job_id": "name", "arrival_time": "time", "model": "application", "scale_factor": "num_replicas"}
 
 
 def read_pollux(path: str | os.PathLike) -> Trace:
@@ -50,7 +52,8 @@ def _trace(df: pd.DataFrame, rows, where: str, source: str) -> Trace:
     }
     batch = numeric_column(df["batch_size"], "batch_size", rows, where, integer=True)
     return make_trace(rec, "pollux", source, speed="goodput", extra={"batch_size": batch.astype(np.int64)},
-                      notes=("Pollux/Sia workloads have no job length: jobs run to a target epoch count under a goodput model",))
+                      notes=("Pollux/Sia workloads have no job length: jobs run to a target epoch count under a goodput model",),
+                      columns=FIELD_COLUMNS)
 
 
 def write_pollux(trace: Trace, path: str | os.PathLike) -> None:

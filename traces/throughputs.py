@@ -89,6 +89,45 @@ class ThroughputTable:
         return T, extra
 
 
+def reference_rates(table: ThroughputTable, models, scale_factors, reference: str = "v100") -> tuple[np.ndarray, str]:
+    """Steps/s of each job alone on the reference GPU type (``reference``, else the
+    table's last type), and that type: a generated job's duration is its runtime
+    there (steps = duration × rate), and a converted job's duration is read back
+    the same way (duration = steps / rate). Unknown models raise KeyError(model)."""
+    if reference not in table.gpu_types:
+        reference = table.gpu_types[-1]
+    T, _ = table.matrix(models, scale_factors, (reference,))
+    return T[:, 0], reference
+
+
+def with_durations(trace, table: ThroughputTable, reference: str = "v100"):
+    """``trace`` with a duration for every job that has total steps but no duration:
+    its runtime alone on the reference type (:func:`reference_rates`). A job type the
+    table lacks, or one that cannot run on that type, is one OptschedError naming its row."""
+    from dataclasses import replace
+
+    j = trace.jobs
+    need = (j["duration"].isna() & np.isfinite(j["steps_total"])).to_numpy()
+    if not need.any():
+        return trace
+    where = f"{trace.format} trace {trace.source}".strip()
+    models, scales, rows = (j[c].to_numpy()[need] for c in ("model", "scale_factor", "row"))
+    try:
+        rate, reference = reference_rates(table, models, scales, reference)
+    except KeyError as e:
+        i = int(np.flatnonzero(models == e.args[0])[0])
+        raise OptschedError(f"{where}: row {rows[i]}: job type {e.args[0]!r} is not in the throughput table "
+                            f"{table.source}: pass --throughputs with a table that has it") from None
+    if not (rate > 0).all():
+        i = int(np.argmax(~(rate > 0)))
+        raise OptschedError(f"{where}: row {rows[i]}: job type {models[i]!r} at scale factor {scales[i]} has no "
+                            f"throughput on {reference} in {table.source}, so no duration there")
+    duration = j["duration"].to_numpy().copy()
+    duration[need] = j["steps_total"].to_numpy()[need] / rate
+    return replace(trace, jobs=j.assign(duration=duration),
+                   notes=trace.notes + (f"durations = total steps / throughput on {reference} ({table.source})",))
+
+
 def _parse_key(key: str, where: str) -> tuple[str, int]:
     try:
         model, s = ast.literal_eval(key)

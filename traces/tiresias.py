@@ -16,10 +16,13 @@ import os
 import numpy as np
 
 from optsched.traces.csvutil import read_csv_checked
-from optsched.traces.trace import Trace, make_trace, numeric_column
+from optsched.traces.trace import Trace, make_trace, numeric_column, require_durations
 
 COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
 LOSS_COLUMNS = ("loss_initial", "loss_final", "loss_tau", "loss_alpha")  # optional
+# The trace's fields as this file names them (in messages about a row).
+FIELD_COLUMNS = {"job_id": "job_id", "scale_factor": "num_gpu", "arrival_time": "submit_time",
+                 "steps_total": "iterations", "model": "model_name", "duration": "duration"}
 
 
 def read_tiresias(path: str | os.PathLike) -> Trace:
@@ -40,15 +43,12 @@ def read_tiresias(path: str | os.PathLike) -> Trace:
 
         raise OptschedError(f"{where}: row {rows[i]}: duration must be positive, got {rec['duration'][i]:g}")
     extra = {c: numeric_column(df[c], c, rows, where, allow_missing=True) for c in LOSS_COLUMNS if c in df}
-    return make_trace(rec, "tiresias", str(path), speed="duration", extra=extra)
+    return make_trace(rec, "tiresias", str(path), speed="duration", extra=extra, columns=FIELD_COLUMNS)
 
 
 def write_tiresias(trace: Trace, path: str | os.PathLike) -> None:
+    require_durations(trace, "tiresias")
     j = trace.jobs
-    if j["duration"].isna().any():
-        from optsched.model import OptschedError
-
-        raise OptschedError("tiresias writer: every job needs a duration")
     steps = j["steps_total"].fillna(j["duration"])
     out = j.assign(
         num_gpu=j["scale_factor"],

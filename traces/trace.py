@@ -69,9 +69,14 @@ class Trace:
 
 
 def make_trace(records: dict, fmt: str, source: str = "", speed: str = "table", notes=(), skipped: int = 0,
-               extra: dict | None = None) -> Trace:
+               extra: dict | None = None, columns: dict[str, str] | None = None) -> Trace:
     """Assemble a Trace from column arrays (missing optional columns get defaults),
-    validate, and sort by arrival time (stable: ties keep file order)."""
+    validate, and sort by arrival time (stable: ties keep file order).
+    ``columns``: the file's name of each field ({"scale_factor": "num_gpu"}), so a
+    message names the column the user can fix, not ours."""
+    def column_of(col: str) -> str:
+        return (columns or {}).get(col, col)
+
     n = len(records["arrival_time"])
     df = pd.DataFrame(
         {
@@ -94,17 +99,17 @@ def make_trace(records: dict, fmt: str, source: str = "", speed: str = "table", 
     where = f"{fmt} trace {source}".strip()
     if n == 0:
         raise OptschedError(f"{where}: no jobs")
-    for col, ok in (
-        ("arrival_time", df["arrival_time"] >= 0),
-        ("scale_factor", df["scale_factor"] > 0),
-        ("weight", df["weight"] > 0),
-        ("steps_total", ~(df["steps_total"] < 0)),
-        ("duration", ~(df["duration"] < 0)),
+    for col, ok, rule in (
+        ("arrival_time", df["arrival_time"] >= 0, ">= 0"),
+        ("scale_factor", df["scale_factor"] > 0, "positive"),
+        ("weight", df["weight"] > 0, "positive"),
+        ("steps_total", ~(df["steps_total"] < 0), ">= 0"),
+        ("duration", ~(df["duration"] < 0), ">= 0"),
     ):
         bad = ~ok.to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
-            raise OptschedError(f"{where}: row {df['row'].iat[i]}: {col} must be positive, got {df[col].iat[i]}")
+            raise OptschedError(f"{where}: row {df['row'].iat[i]}: {column_of(col)} must be {rule}, got {df[col].iat[i]:g}")
     for col, limit, what in (
         ("arrival_time", MAX_SECONDS, "s"),
         ("duration", MAX_SECONDS, "s"),
@@ -118,7 +123,8 @@ def make_trace(records: dict, fmt: str, source: str = "", speed: str = "table", 
         if big.any():
             i = int(np.argmax(big))
             raise OptschedError(
-                f"{where}: row {df['row'].iat[i]}: {col} {df[col].iat[i]:g} exceeds the limit of {limit:g}{' ' + what if what else ''}")
+                f"{where}: row {df['row'].iat[i]}: {column_of(col)} {df[col].iat[i]:g} exceeds the limit of {limit:g}"
+                f"{' ' + what if what else ''}")
     no_work = df["steps_total"].isna() & df["duration"].isna()
     if no_work.any():
         i = int(np.argmax(no_work.to_numpy()))
@@ -129,6 +135,20 @@ def make_trace(records: dict, fmt: str, source: str = "", speed: str = "table", 
         raise OptschedError(f"{where}: row {df['row'].iat[i]}: duplicate job id {df['job_id'].iat[i]!r}")
     df = df.sort_values("arrival_time", kind="stable").reset_index(drop=True)
     return Trace(jobs=df, format=fmt, source=source, speed=speed, notes=tuple(notes), skipped=skipped)
+
+
+def require_durations(trace: Trace, writer: str) -> None:
+    """A writer's refusal of a job without a duration, saying how to get one."""
+    j = trace.jobs
+    missing = j["duration"].isna().to_numpy()
+    if not missing.any():
+        return
+    i = int(np.argmax(missing))
+    why = (f"job {j['job_id'].iat[i]!r} has none: its duration is its total steps at its speed on v100, "
+           "from a throughput table (optsched trace convert --throughputs TABLE; "
+           "optsched.traces.throughputs.with_durations)" if np.isfinite(j["steps_total"].iat[i]) else
+           f"job {j['job_id'].iat[i]!r} has no length (a Pollux/Sia job runs to an epoch count)")
+    raise OptschedError(f"{writer} writer: every job needs a duration; {why}")
 
 
 def numeric_column(values, name: str, rows, where: str, integer: bool = False, allow_missing: bool = False) -> np.ndarray:

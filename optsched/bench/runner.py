@@ -361,7 +361,15 @@ def write_csv(rows: list[BenchRow], path: str, meta: dict | None = None) -> None
             f.write("# " + " ".join(f"{k}={v}" for k, v in meta.items()) + "\n")
         w.writerow(COLUMNS)
         for r in rows:
-            w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in (getattr(r, c) for c in COLUMNS)])
+            w.writerow([_csv_cell(getattr(r, c)) for c in COLUMNS])
+
+
+def _csv_cell(v):
+    """A value not measured (NaN) is an empty field: spreadsheets and csv readers take
+    it as missing, where "nan" reads as text or as a number depending on the tool."""
+    if isinstance(v, float):
+        return f"{v:.6g}" if math.isfinite(v) else ""
+    return v
 
 
 def read_csv(path: str) -> dict[str, dict]:
@@ -388,6 +396,14 @@ def fmt(x: float, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
     return f"{x:.{digits}f}"
+
+
+def fmt_g(x: float, missing: str = "–") -> str:
+    """An objective to 6 significant digits; ``missing`` when there is none (an allocator
+    round has no objective)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return missing
+    return f"{x:.6g}"
 
 
 def machine() -> dict:

@@ -21,7 +21,7 @@ def bench(
     only: Optional[str] = typer.Option(None, "--only", help="Run only cases whose key contains this text (e.g. sia, packing, 10000x5)."),
     repeat: int = typer.Option(3, "--repeat", help="Runs per case (median); 1 at n = 100,000."),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Peak memory of one extra run per case (tracemalloc)."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the generated instances."),
 ) -> None:
     """Time every policy at scale against naive / peer-style references (ratios from one run)."""
     import os
@@ -30,7 +30,7 @@ def bench(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from optsched.bench.runner import CASES_FULL, CASES_QUICK, Context, compare, fmt, machine, run_cases, write_csv
+    from optsched.bench.runner import CASES_FULL, CASES_QUICK, Context, compare, fmt, fmt_g, machine, run_cases, write_csv
 
     from optsched.cli.limits import check_bench
 
@@ -51,7 +51,7 @@ def bench(
         def on_done(row):
             done.append(row)
             progress.update(task, advance=1, description=f"{row.case} {row.total_s:.2f}s")
-            progress.console.print(f"  {row.case}: {fmt(row.total_s)} s, objective {row.objective:.6g}"
+            progress.console.print(f"  {row.case}: {fmt(row.total_s)} s, objective {fmt_g(row.objective, 'n/a')}"
                                    + (f", {row.reference} {fmt(row.ref_s, 2)} s" if row.reference else ""),
                                    highlight=False)
             if csv_out is not None:  # partial results survive an interrupted run
@@ -68,14 +68,11 @@ def bench(
         t.add_column(col, justify="left" if col in ("case", "variant", "status", "reference", "note") else "right")
     for r in rows:
         t.add_row(r.case, r.variant, fmt(r.parse_s), fmt(r.build_s), fmt(r.solver_s), fmt(r.decode_s), fmt(r.total_s),
-                  fmt(r.p99_s), f"{r.objective:.6g}", r.status[:30], fmt(r.peak_mb, 0), r.reference, fmt(r.ref_s, 2),
+                  fmt(r.p99_s), fmt_g(r.objective), r.status[:30], fmt(r.peak_mb, 0), r.reference, fmt(r.ref_s, 2),
                   (f"{r.speedup:.1f}×" if r.speedup == r.speedup else "–"),
                   (f"{r.loss:.2e}" if r.loss == r.loss else "–"), r.note)
-    from rich.console import Console
-
-    out = Console(width=max(console.width, 230)) if not console.is_terminal else console
-    out.print(t)
-    out.print(f"machine: {meta['cores']} cores, load average (1/5/15 min) {meta['load_before']} before, "
+    console.print(t)
+    console.print(f"machine: {meta['cores']} cores, load average (1/5/15 min) {meta['load_before']} before, "
                   f"{meta['load_after']} after; OPENBLAS_NUM_THREADS={meta['OPENBLAS_NUM_THREADS']}")
     if csv_out is not None:
         write_csv(rows, str(csv_out), meta)
@@ -85,5 +82,5 @@ def bench(
         for col in ("case", "old s", "new s", "ratio", "old objective", "new objective"):
             c.add_column(col, justify="left" if col == "case" else "right")
         for case, ot, nt, ratio, oo, no in compare(rows, str(compare_to)):
-            c.add_row(case, fmt(ot), fmt(nt), f"{ratio:.2f}×" if ratio == ratio else "–", f"{oo:.6g}", f"{no:.6g}")
-        out.print(c)
+            c.add_row(case, fmt(ot), fmt(nt), f"{ratio:.2f}×" if ratio == ratio else "–", fmt_g(oo), fmt_g(no))
+        console.print(c)

@@ -4,6 +4,8 @@ user error is one line on stderr and exit code 2 (never a traceback)."""
 from __future__ import annotations
 
 import functools
+import os
+import re
 import sys
 
 import typer
@@ -16,14 +18,74 @@ from pydantic import ValidationError
 
 from optsched.model import OptschedError
 
-console = Console()
-err_console = Console(stderr=True)
+# A console whose output is piped or redirected: tables and lines as wide as their
+# content (a script or a file wants whole rows, not wrapping at 80 columns).
+NOT_A_TERMINAL_WIDTH = 10_000
+# What git and coreutils report when the reader of their output goes away
+# (`optsched solve | head -1`): killed by SIGPIPE, status 128 + 13, no message.
+BROKEN_PIPE_EXIT = 141
+
+
+def exit_on_broken_pipe():
+    """End quietly with BROKEN_PIPE_EXIT; stdout is pointed at /dev/null first, so
+    the interpreter's final flush cannot raise a second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a file descriptor (a test runner's buffer)
+        pass
+    raise SystemExit(BROKEN_PIPE_EXIT)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:  # rich's own exits with 1, like a failure
+        exit_on_broken_pipe()
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A terminal's console as rich sizes it; otherwise a wide one (an explicit
+    COLUMNS still wins)."""
+    c = _Console(stderr=stderr)
+    if c.is_terminal or "COLUMNS" in os.environ:
+        return c
+    return _Console(stderr=stderr, width=NOT_A_TERMINAL_WIDTH)
+
+
+console = make_console()
+err_console = make_console(stderr=True)
+
+
+def _plain_flags(command) -> None:
+    """Boolean flags take no value: no ``<bool>`` placeholder in --help (typer
+    shows the type of every option), for every command and subcommand, --help included."""
+    for sub in getattr(command, "commands", {}).values():
+        _plain_flags(sub)
+    for param in getattr(command, "params", ()):
+        _no_placeholder(param)
+    make_help_option = command.get_help_option  # (made on first use: it depends on the context)
+    command.get_help_option = lambda ctx: _no_placeholder(make_help_option(ctx))
+
+
+def _no_placeholder(param):
+    if getattr(param, "is_bool_flag", False) and param.metavar is None:
+        param.metavar = ""
+    return param
 
 
 class OneLineErrors(TyperGroup):
     """The root command: a usage error (unknown option, a value of the wrong
     type) is one line on stderr naming the option, exit code 2, like every
     other user error; `--help` still shows the full usage."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _plain_flags(self)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # typer.echo's output (rich's: _Console.on_broken_pipe)
+            exit_on_broken_pipe()
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -46,15 +108,24 @@ app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=False
                   help="Optimization-based GPU cluster scheduling.")
 
 
-def user_errors(fn):
-    """Turn OptschedError (and unreadable files) into one line on stderr, exit 2."""
+def user_errors(fn=None, *, aliases: dict[str, str] | None = None):
+    """Turn OptschedError (and unreadable files) into one line on stderr, exit 2.
+
+    The library names a value by its keyword (``queue: unknown ...``); a message
+    that starts with the keyword of one of the command's options is shown with
+    the option's flag instead (``--queue: ...``). ``aliases`` renames flags the
+    library uses that this command spells differently ({"--policy": "--policies"})."""
+    if fn is None:
+        return functools.partial(user_errors, aliases=aliases)
+    names = {**option_flags(fn), **(aliases or {})}
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except OptschedError as e:
-            err_console.print(f"[bold red]error:[/] {_one_line(str(e))}", highlight=False, soft_wrap=True)
+            msg = as_flags(str(e), names)
+            err_console.print(f"[bold red]error:[/] {_one_line(msg)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         except ValidationError as e:  # a typed object built from options (e.g. a Cluster from --cluster)
             err_console.print(f"[bold red]error:[/] {_validation_line(e)}", highlight=False, soft_wrap=True, markup=True)
@@ -65,6 +136,32 @@ def user_errors(fn):
             raise typer.Exit(2)
 
     return wrapper
+
+
+def option_flags(fn) -> dict[str, str]:
+    """{keyword: flag} of a command function's options, e.g. {"type_order": "--type-order"}."""
+    import inspect
+
+    from typer.models import OptionInfo
+
+    out = {}
+    for name, p in inspect.signature(fn).parameters.items():
+        info = p.default
+        if isinstance(info, OptionInfo):
+            decls = [d for part in (info.param_decls or ()) for d in part.split("/") if d.startswith("--")]
+            out[name] = decls[0] if decls else "--" + name.replace("_", "-")
+    return out
+
+
+_LEADING_NAME = re.compile(r"^(--?[A-Za-z][\w-]*|[A-Za-z_]\w*):")
+
+
+def as_flags(msg: str, names: dict[str, str]) -> str:
+    """``msg`` with its leading ``name:`` replaced by the command's flag for it, if any."""
+    m = _LEADING_NAME.match(msg)
+    if m and m.group(1) in names:
+        return names[m.group(1)] + msg[m.end(1):]
+    return msg
 
 
 def _validation_line(err: ValidationError) -> str:

@@ -29,13 +29,13 @@ def run_command(
     address: Optional[str] = typer.Option(None, "--address", help="ray: join this Ray cluster (HOST:PORT or auto)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Slots: TYPE=COUNT,... (default: this machine's "
                                           "GPUs, else one slot per CPU core)."),
-    policy: str = typer.Option("max_min_fairness", "--policy"),
+    policy: str = typer.Option("max_min_fairness", "--policy", help="Scheduling policy (see `optsched policies`)."),
     round_length: float = typer.Option(2.0, "--round-length", help="Seconds per round (lease length)."),
     grace: float = typer.Option(5.0, "--grace", help="Seconds a revoked job may take to checkpoint before a kill."),
     placement: str = typer.Option("consolidated", "--placement", help="consolidated | first_fit | cpsat"),
     step_scale: float = typer.Option(1.0, "--step-scale", help="Multiply every job's steps."),
     max_time: Optional[float] = typer.Option(None, "--max-time", help="Stop every job after this many seconds."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed (allocator ties)."),
     slot_speed: Optional[str] = typer.Option(None, "--slot-speed", help="Emulate slower slot types on identical "
                                              "hardware: TYPE=SPEED,... with SPEED in (0, 1] (slow=0.5: steps take "
                                              "twice as long)."),

@@ -97,11 +97,61 @@ def serve(
         err_console.print(f"[bold red]error:[/] --db {db}: {e}", highlight=False)
         raise typer.Exit(2)
     _warm_up()
-    where = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    sock = listening_socket(host, port)
+    port = sock.getsockname()[1]  # --port 0: the port the system chose
+    where = f"http://[{host.strip('[]')}]:{port}" if ":" in host else f"http://{host}:{port}"
     svc.warning("optsched serve %s: listening on %s (database %s, token %s)", _version(), where, db,
                 "required" if token else "not required")
-    uvicorn.run(application, host=host, port=port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=5)
+    try:
+        _serve_on(sock, uvicorn.Config(application, host=host, port=port, log_level="warning", access_log=False,
+                                       timeout_graceful_shutdown=5))
+    finally:
+        sock.close()
+
+
+def listening_socket(host: str, port: int):
+    """A socket bound to (host, port) and listening, or one line naming --port or --host
+    (exit 2): uvicorn's own bind failure would come after the "listening" line and
+    exit 3, the code of a --strict fallback."""
+    import errno
+    import socket
+
+    from optsched.model import OptschedError
+
+    addr = host.strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses a TIME_WAIT port
+    try:
+        sock.bind((addr, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError as e:
+        sock.close()
+        if isinstance(e, socket.gaierror):
+            raise OptschedError(f"--host: cannot resolve {host!r} ({e.strerror})") from None
+        if e.errno == errno.EADDRINUSE:
+            raise OptschedError(f"--port: {port} is already in use on {host} (stop the process using it, "
+                                "or choose another --port)") from None
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise OptschedError(f"--host: {host} is not an address of this machine ({e.strerror})") from None
+        if e.errno == errno.EACCES:
+            raise OptschedError(f"--port: not allowed to listen on port {port} of {host} ({e.strerror}; "
+                                "ports below 1024 need privileges)") from None
+        raise OptschedError(f"--port: cannot listen on {host}:{port} ({e.strerror or e})") from None
+    return sock
+
+
+def _serve_on(sock, config) -> None:
+    """Serve until stopped, on the socket already listening."""
+    import uvicorn
+
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl-C is a normal stop (uvicorn re-raises the signal after shutting down)
+        pass
+    if not server.started:  # the application's startup failed (uvicorn logged why)
+        err_console.print("[bold red]error:[/] the service did not start (see the log above)", highlight=False)
+        raise typer.Exit(1)
 
 
 def _warm_up() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from optsched.cli.common import app, console, err_console, user_errors
@@ -52,16 +53,27 @@ def _fmt(v, unit: str, time_unit: str = "h") -> str:
     return f"{v:,.0f}" if isinstance(v, (int, float)) and float(v).is_integer() else f"{v:,.2f}"
 
 
+def _percent(v) -> str:
+    return f"{v:.0%}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+
 def _cell(summary: dict, key, unit: str, time_unit: str) -> str:
     if isinstance(key, tuple):
         return " / ".join(_fmt(summary.get(k), unit, time_unit) for k in key)
     return _fmt(summary.get(key), unit, time_unit)
 
 
-def _summary_table(summaries: dict[str, dict], title: str) -> Table:
+def _print_summary(summaries: dict[str, dict], title: str) -> None:
+    """The title on its own line (a table's title wraps at the table's width: a long
+    trace name split mid-list), then the table."""
+    console.print(title, style="italic", highlight=False)
+    console.print(_summary_table(summaries))
+
+
+def _summary_table(summaries: dict[str, dict]) -> Table:
     """One column per run; times in seconds when every run is second-scale, else hours."""
     time_unit = "s" if all(s.get("time_unit") == "s" for s in summaries.values()) else "h"
-    t = Table(title=title, show_edge=False, header_style="bold")
+    t = Table(show_edge=False, header_style="bold")
     t.add_column("metric")
     for name in summaries:
         t.add_column(name, justify="right")
@@ -75,7 +87,7 @@ def _summary_table(summaries: dict[str, dict], title: str) -> Table:
         t.add_row(label, *[_cell(s, key, unit, time_unit) for s in summaries.values()])
     util = {n: s.get("utilization", {}) for n, s in summaries.items()}
     for gpu in next(iter(util.values()), {}):
-        t.add_row(f"utilization {gpu}", *[f"{u.get(gpu, 0):.0%}" for u in util.values()])
+        t.add_row(f"utilization {gpu}", *[_percent(u.get(gpu, 0)) for u in util.values()])
     return t
 
 
@@ -305,7 +317,7 @@ def simulate(
     if as_json:
         typer.echo(json.dumps(r.summary, indent=2, default=_json_default))
         return
-    console.print(_summary_table({policy: r.summary}, f"{len(tr)} jobs from {_source(tr)} on {_cluster_text(cl)}"))
+    _print_summary({policy: r.summary}, f"{len(tr)} jobs from {_source(tr)} on {_cluster_text(cl)}")
     if out:
         console.print(f"wrote {out}/: {', '.join(files)}")
 
@@ -317,15 +329,20 @@ def _json_default(x):
 
 
 def _source(tr) -> str:
-    return Path(tr.source).name if tr.source and ("/" in tr.source or "\\" in tr.source) else (tr.source or tr.format)
+    """The trace's file name, or its description as is: a generated trace's source is
+    text ("gavel-style: 120 jobs at 8/h, ...") that may contain a slash."""
+    if not tr.source:
+        return tr.format
+    path = Path(tr.source)
+    return escape(path.name if path.is_file() else tr.source)
 
 
 def _cluster_text(cl) -> str:
-    return ", ".join(f"{n} {t}" for t, n in cl.gpus.items())
+    return escape(", ".join(f"{n} {t}" for t, n in cl.gpus.items()))
 
 
 @app.command()
-@user_errors
+@user_errors(aliases={"--policy": "--policies"})  # the simulator's checks name simulate's flag
 def compare(
     trace: Optional[Path] = typer.Argument(None, help="Trace file (any kind simulate takes); the built-in example if omitted."),
     policies: str = typer.Option("max_min_fairness,max_min_fairness_agnostic", "--policies", help="Comma-separated policies."),
@@ -355,7 +372,7 @@ def compare(
     out: Optional[Path] = typer.Option(None, "--out", help="Write per-policy tables, summary.json and jct_cdf.png here."),
     plot: bool = typer.Option(False, "--plot", help="jct_cdf.png (into --out, default ./optsched-out)."),
     as_json: bool = typer.Option(False, "--json", help="Print {policy: summary} as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Run several policies on the same trace; one table (and one CDF plot with --out or --plot)."""
     from optsched.model import OptschedError
@@ -387,8 +404,7 @@ def compare(
     if as_json:
         typer.echo(json.dumps({p: r.summary for p, r in results.items()}, indent=2, default=_json_default))
         return
-    console.print(_summary_table({p: r.summary for p, r in results.items()},
-                                 f"{len(tr)} jobs from {_source(tr)} on {_cluster_text(cl)}"))
+    _print_summary({p: r.summary for p, r in results.items()}, f"{len(tr)} jobs from {_source(tr)} on {_cluster_text(cl)}")
     if out:
         console.print(f"wrote {out}/: <policy>_jobs|rounds.(csv|parquet), <policy>_summary.json, jct_cdf.png")
 
@@ -398,7 +414,7 @@ def compare(
 def trace_describe(
     trace: Optional[Path] = typer.Argument(None, help="Trace file; the built-in example if omitted."),
     fmt: Optional[str] = COMMON["fmt"],
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the description as JSON (seconds, raw keys)."),
 ):
     """Counts, arrival span, GPU demands and job types of a trace."""
     from optsched.traces.generate import default_trace
@@ -413,6 +429,19 @@ def trace_describe(
     console.print(describe_table(d))
 
 
+# Formats that give every job a duration (the writers refuse a job without one).
+DURATION_FORMATS = ("tiresias", "philly")
+
+
+def _check_to(to: str) -> None:
+    """--to before any work (the writer would name the reading side's --format)."""
+    from optsched.model import OptschedError
+    from optsched.traces.io import FORMATS
+
+    if to not in FORMATS:
+        raise OptschedError(f"--to: unknown trace format {to!r} (choose from {', '.join(FORMATS)})")
+
+
 @trace_app.command("convert")
 @user_errors
 def trace_convert(
@@ -423,20 +452,25 @@ def trace_convert(
     throughputs: Optional[Path] = COMMON["throughputs"],
     seed: int = COMMON["seed"],
 ):
-    """Convert between trace formats (Philly → Gavel assigns job types from the seed)."""
+    """Convert between trace formats (Philly → Gavel assigns job types from the seed; to
+    Tiresias or Philly, a job's duration is its total steps at its speed on v100)."""
     from optsched.cli.limits import check_seed
 
     check_seed(seed)
+    _check_to(to)
     from optsched.traces.io import read_trace, write_trace
-    from optsched.traces.throughputs import default_throughputs, read_throughputs
+    from optsched.traces.throughputs import default_throughputs, read_throughputs, with_durations
 
     tr = read_trace(trace, fmt)
+    table = read_throughputs(throughputs) if throughputs else default_throughputs()
     if tr.format == "philly" and to == "gavel":
         from optsched.traces.philly import assign_models
 
-        tr = assign_models(tr, read_throughputs(throughputs) if throughputs else default_throughputs(), seed)
+        tr = assign_models(tr, table, seed)
+    if to in DURATION_FORMATS:
+        tr = with_durations(tr, table)  # as `trace generate` relates them: steps = duration × v100 speed
     write_trace(tr, output, to)
-    console.print(f"wrote {len(tr)} jobs to {output} ({to})")
+    console.print(f"wrote {len(tr)} jobs to {escape(str(output))} ({to})", highlight=False)
 
 
 @trace_app.command("generate")
@@ -454,6 +488,7 @@ def trace_generate(
     from optsched.cli.limits import check_generate
 
     check_generate(jobs, rate, seed)
+    _check_to(to)
     from optsched.traces.generate import generate_gavel
     from optsched.traces.io import write_trace
     from optsched.traces.throughputs import default_throughputs, read_throughputs
@@ -461,4 +496,4 @@ def trace_generate(
     table = read_throughputs(throughputs) if throughputs else default_throughputs()
     tr = generate_gavel(table, jobs, rate, seed=seed, multi_gpu=multi_gpu)
     write_trace(tr, output, to)
-    console.print(f"wrote {len(tr)} jobs to {output} ({to})")
+    console.print(f"wrote {len(tr)} jobs to {escape(str(output))} ({to})", highlight=False)

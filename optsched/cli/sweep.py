@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from optsched.cli.common import app, console, err_console, user_errors
 
@@ -32,8 +34,13 @@ def _parse_options(items: list[str]) -> dict:
     return out
 
 
+def _num(x) -> str:
+    """A table cell: a metric no run had (no job completed) is n/a, not nan."""
+    return f"{x:,.2f}" if isinstance(x, (int, float)) and math.isfinite(x) else "n/a"
+
+
 @app.command()
-@user_errors
+@user_errors(aliases={"--policy": "--policies"})  # the simulator's checks name simulate's flag
 def sweep(
     trace: Optional[str] = typer.Argument(None, help="Trace file, or a generator: gavel | bursty (load = jobs/h)."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Sweep file (TOML, YAML, or a previous DIR/sweep.json); flags override it."),
@@ -128,7 +135,7 @@ def sweep(
         for c in ["cluster", "policy", "load", *cols]:
             tab.add_column(c, justify="right" if c not in ("cluster", "policy") else "left")
         for _, r in agg.iterrows():
-            tab.add_row(str(r["cluster"]), str(r["policy"]), f"{r['load']:g}", *(f"{r[c]:,.2f}" for c in cols))
+            tab.add_row(escape(str(r["cluster"])), escape(str(r["policy"])), f"{r['load']:g}", *(_num(r[c]) for c in cols))
         console.print(tab)
     console.print(f"wrote {out}/ (results.parquet, results.csv, jobs.parquet, rounds.parquet, sweep.json, runs/)",
                   highlight=False)

@@ -30,6 +30,18 @@ def _label(policy: str, cluster: str, many_clusters: bool) -> str:
     return f"{policy} @ {cluster}" if many_clusters else policy
 
 
+def _legend(ax, axes=None, **kwargs) -> None:
+    """A legend on ``ax`` of the labelled lines of ``axes`` (default: ``ax`` alone), one
+    entry per label; none when nothing is labelled (a sweep in which no job completed:
+    matplotlib would warn "No artists with labels found")."""
+    entries = {}
+    for a in axes if axes is not None else [ax]:
+        for handle, label in zip(*a.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if entries:
+        ax.legend(list(entries.values()), list(entries), **kwargs)
+
+
 def _pick_loads(loads: list[float], k: int = 4) -> list[float]:
     if len(loads) <= k:
         return loads
@@ -57,7 +69,7 @@ def jct_cdf(jobs: pd.DataFrame, unit: tuple[str, float], title: str):
         ax.set_title(f"load {load:g}")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("fraction of jobs")
-    axes[0][-1].legend(fontsize=8, loc="lower right")
+    _legend(axes[0][-1], axes[0], fontsize=8, loc="lower right")
     fig.suptitle(f"JCT CDF (all seeds) — {title}", fontsize=10)
     fig.tight_layout()
     return fig
@@ -79,7 +91,7 @@ def metrics_vs_load(table: pd.DataFrame, unit: tuple[str, float], title: str):
         ax.set_ylabel(f"{name} ({unit[0]})")
         ax.set_title(f"{name} (mean; band: min–max over seeds)", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    _legend(axes[0][0], fontsize=8)
     fig.suptitle(f"{title}", fontsize=10)
     fig.tight_layout()
     return fig
@@ -111,7 +123,7 @@ def utilization(rounds: pd.DataFrame, capacities: dict, unit: tuple[str, float],
     ax.set_ylabel("GPU utilization")
     ax.set_title(f"utilization over time — load {load:g}, seed {seed} — {title}", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=3)
+    _legend(ax, fontsize=8, ncol=3)
     fig.tight_layout()
     return fig
 

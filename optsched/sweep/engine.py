@@ -52,6 +52,17 @@ def _atomic_write(path: Path, text: str) -> None:
 _plain = json_default  # one converter for every executor (optsched.model)
 
 
+def _row_json(row: dict) -> str:
+    """row.json: strict JSON, a missing metric (NaN in the table) as null."""
+    clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+    return json.dumps(clean, default=_plain) + "\n"
+
+
+def _read_row(path: Path) -> dict:
+    """A row.json as the table holds it: null back to NaN (older sweeps wrote NaN itself)."""
+    return {k: math.nan if v is None else v for k, v in json.loads(path.read_text()).items()}
+
+
 def row_of(payload: dict) -> dict:
     run = payload["run"]
     row = {
@@ -102,12 +113,12 @@ def write_run(runs_dir: Path, payload: dict) -> dict:
         SimResult(payload["jobs"], payload["rounds"], payload["summary"], payload["config"]).write(d)
         if payload.get("choices") is not None:
             payload["choices"].to_csv(d / "choices.csv", index=False)
-        _atomic_write(d / "row.json", json.dumps(row, default=_plain) + "\n")
+        _atomic_write(d / "row.json", _row_json(row))
         _atomic_write(d / "done", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")
     else:
         _atomic_write(d / "error.json", json.dumps({"error": payload["error"], "traceback": payload.get("traceback", "")},
                                                    indent=2) + "\n")
-        _atomic_write(d / "row.json", json.dumps(row, default=_plain) + "\n")
+        _atomic_write(d / "row.json", _row_json(row))
     return row
 
 
@@ -163,7 +174,7 @@ def gather(out, runs: list[dict] | None = None):
         d = out / "runs" / run["run_id"]
         if not (d / "row.json").exists():
             continue
-        row = json.loads((d / "row.json").read_text())
+        row = _read_row(d / "row.json")
         rows.append(row)
         if not (d / "done").exists():
             continue

@@ -211,17 +211,15 @@ def validate(spec: SweepSpec) -> None:
             raise OptschedError(f"auto.metric: unknown {a['metric']!r} (choose from {', '.join(AUTO_METRICS)})")
         if a["every"] < 1:
             raise OptschedError(f"auto.every: must be >= 1 round, got {a['every']}")
-    for c in spec.clusters:
-        if c is not None:
-            from optsched.sim.jobs import parse_cluster
+    from optsched.sweep.traces import build_cluster, build_trace, throughput_table
 
-            try:
-                parse_cluster(c)
-            except OptschedError as e:
-                raise OptschedError(f"--cluster {c!r}: {e}") from None
+    for c in spec.clusters:
+        try:
+            build_cluster(c)  # a shape 16x4 too, as the runs read it
+        except OptschedError as e:
+            raise OptschedError(f"--cluster {c!r}: {_without_flag(str(e))}") from None
     # Build the first trace and check every policy's options against it (optsched.sim.check_run).
     from optsched.sim import check_run
-    from optsched.sweep.traces import build_trace, throughput_table
 
     trace = build_trace(spec.trace, spec.trace_options, spec.loads[0], spec.seeds[0])
     table = throughput_table(spec.trace_options, spec.options)
@@ -235,6 +233,12 @@ def validate(spec: SweepSpec) -> None:
             check_run(trace, cand, sim_opts.get("solver", "auto"), sim_opts.get("packing", False), table,
                       sim_opts.get("allocator_options"), sim_opts.get("placement", "consolidated"))
     check_sweep_rounds(spec, trace, table)
+
+
+def _without_flag(msg: str) -> str:
+    """'--cluster: count ...' -> 'count ...' (the caller names the flag and its value)."""
+    flag, sep, rest = msg.partition(": ")
+    return rest if sep and flag.startswith("--") and " " not in flag else msg
 
 
 def _set_flag(key: str) -> str:
