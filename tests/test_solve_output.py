@@ -4,6 +4,7 @@ the --json writer give exactly the text the plain versions give."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -25,7 +26,15 @@ DOCS = st.recursive(SCALARS, lambda c: st.one_of(
 @settings(max_examples=400, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(doc=DOCS, indent=st.sampled_from([2, 0, 4]))
 def test_json_writer_is_json_dumps(doc, indent):
-    assert dumps_indented(doc, indent=indent) == json.dumps(doc, indent=indent)
+    """Byte for byte, except that non-finite float values are null (keys stay json's strings)."""
+    def finite(o):
+        if isinstance(o, float):
+            return o if math.isfinite(o) else None
+        if isinstance(o, dict):
+            return {k: finite(v) for k, v in o.items()}
+        return [finite(v) for v in o] if isinstance(o, (list, tuple)) else o
+
+    assert dumps_indented(doc, indent=indent) == json.dumps(finite(doc), indent=indent)
 
 
 def test_json_writer_hands_everything_else_to_json_dumps():
@@ -74,3 +83,13 @@ def test_to_dict_of_integer_and_boolean_fractions():
         assert json.dumps(d["allocation"]) == json.dumps({jid: {t: float(frac[m, j]) for j, t in enumerate(("x", "y"))
                                                                 if frac[m, j] > 0} for m, jid in enumerate(("a", "b"))})
         assert d["effective_throughput"] == {"a": 1.0, "b": 2.0} and type(d["effective_throughput"]["a"]) is float
+
+
+def test_the_json_writer_never_writes_nan_or_infinity():
+    """NaN and Infinity are not JSON: a strict parser refuses them. They are written as null."""
+    from optsched.cli.json_out import dumps_indented
+
+    doc = {"a": [1.0, float("inf")], "b": {"x": float("nan"), "y": [[2.0, -float("inf")]]}, "c": "text"}
+    text = dumps_indented(doc)
+    parsed = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the output"))
+    assert parsed == {"a": [1.0, None], "b": {"x": None, "y": [[2.0, None]]}, "c": "text"}

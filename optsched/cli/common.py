@@ -130,7 +130,7 @@ def user_errors(fn=None, *, aliases: dict[str, str] | None = None):
         except ValidationError as e:  # a typed object built from options (e.g. a Cluster from --cluster)
             err_console.print(f"[bold red]error:[/] {_validation_line(e)}", highlight=False, soft_wrap=True, markup=True)
             raise typer.Exit(2)
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as e:
             err_console.print(f"[bold red]error:[/] {_one_line(f'{e.strerror}: {e.filename}')}", highlight=False,
                               soft_wrap=True)
             raise typer.Exit(2)
@@ -179,3 +179,21 @@ def _one_line(msg: str) -> str:
     from rich.markup import escape
 
     return escape(" ".join(msg.split()))
+
+
+def output_folder(path, flag: str = "--out"):
+    """Create the output folder before any work (a run's results must not be
+    lost to a bad --out at the end): a one-line error if it is a file, lies
+    under a file, or cannot be created."""
+    from pathlib import Path
+
+    if path is None:
+        return None
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OptschedError(f"{flag}: {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OptschedError(f"{flag}: cannot create folder {path} ({e.strerror})") from None
+    return path

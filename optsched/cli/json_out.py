@@ -1,8 +1,10 @@
-"""`optsched solve --json`'s text: json.dumps(obj, indent=2) byte for byte, faster."""
+"""`optsched solve --json`'s text: json.dumps(obj, indent=2) byte for byte, faster,
+except that a non-finite float is written as null (NaN and Infinity are not JSON)."""
 
 from __future__ import annotations
 
 import json
+import math
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
 from optsched.model import gc_paused
@@ -22,14 +24,38 @@ def dumps_indented(obj, indent: int = 2) -> str:
     indenting encoder. Anything else (subclasses of the JSON types, numpy values,
     keys that are not text, cycles) goes to json.dumps itself."""
     if c_make_encoder is None:
-        return json.dumps(obj, indent=indent)
+        return _dumps_plain(obj, indent)
     try:
         out: list[str] = []
         with gc_paused():  # the encoder's item lists would trigger collections over a large heap
             _Writer(indent).write(obj, 0, out)
         return "".join(out)
     except (_Fallback, RecursionError, TypeError, ValueError):  # (json.dumps raises its own error, if any)
-        return json.dumps(obj, indent=indent)
+        return _dumps_plain(obj, indent)
+
+
+def _dumps_plain(obj, indent: int) -> str:
+    """json.dumps, with non-finite float values written as null."""
+    try:
+        return json.dumps(obj, indent=indent, allow_nan=False)
+    except ValueError as e:
+        if "Out of range float" not in str(e):
+            raise
+    return json.dumps(_finite(obj, set()), indent=indent)  # (a non-finite key stays json's string "NaN")
+
+
+def _finite(o, seen: set):
+    """A copy with every non-finite float value as None (the slow path: rare)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, (dict, list, tuple)):
+        if id(o) in seen:
+            raise ValueError("Circular reference detected")
+        seen.add(id(o))
+        out = {k: _finite(v, seen) for k, v in o.items()} if isinstance(o, dict) else [_finite(v, seen) for v in o]
+        seen.discard(id(o))
+        return out
+    return o
 
 
 def _no_default(o):
@@ -47,7 +73,8 @@ class _Writer:
         if enc is None:
             sep = ",\n" + " " * (self.indent * depth)
             # (markers None: no cycle check, the containers it gets hold only scalars)
-            c_enc = c_make_encoder(None, _no_default, encode_basestring_ascii, None, ": ", sep, False, False, True)
+            # allow_nan False: a NaN or Infinity raises, and the slow path writes null.
+            c_enc = c_make_encoder(None, _no_default, encode_basestring_ascii, None, ": ", sep, False, False, False)
             enc = self._flat[depth] = lambda o: "".join(c_enc(o, 0))
         return enc
 

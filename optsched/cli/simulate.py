@@ -217,9 +217,9 @@ DEFAULT_OUT = Path("optsched-out")
 
 def _outputs(out: Optional[Path], plot: bool) -> Optional[Path]:
     """--plot without --out writes into ./optsched-out (documented default)."""
-    if plot and out is None:
-        return DEFAULT_OUT
-    return out
+    from optsched.cli.common import output_folder
+
+    return output_folder(DEFAULT_OUT if plot and out is None else out)
 
 
 def _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission, load_factor,

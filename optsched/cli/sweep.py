@@ -94,6 +94,9 @@ def sweep(
     check_sweep(d)
     spec = spec_from_dict(d)
     validate(spec)  # every run's configuration and the rounds bound, once, before the progress bar
+    from optsched.cli.common import output_folder
+
+    output_folder(out)
     show = not quiet and err_console.is_terminal
 
     if show:
