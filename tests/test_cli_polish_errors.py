@@ -92,3 +92,12 @@ def test_a_gavel_cell_is_named_by_its_field(tmp_path):
     path = tmp_path / "t.trace"
     path.write_text("ResNet-18 (batch size 256)\tcmd\t.\t--n\t1\t100\t1\t0\t-1\t0\n")
     assert error_line(["trace", "describe", str(path)]) == f"gavel trace {path}: row 1: priority weight must be positive, got 0"
+
+
+def test_an_unknown_queue_in_a_sweep_is_refused_before_any_run(tmp_path):
+    """It used to be recorded as a failed run for every run of the sweep."""
+    res = runner.invoke(app, ["sweep", "gavel", "--policies", "fifo", "--jobs", "5", "--loads", "1", "--quiet",
+                              "--set", 'allocator_options={"queue": "phase"}', "--out", str(tmp_path / "sw")])
+    assert res.exit_code == 2, res.output
+    assert "unknown queue discipline 'phase'" in (res.stderr or res.output)
+    assert not (tmp_path / "sw" / "runs").exists()

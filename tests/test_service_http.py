@@ -348,10 +348,16 @@ def test_sessions_evicted_from_memory_load_again_from_the_database(tmp_path):
 
 
 def test_every_request_is_one_structured_log_record(secure):
+    import time
+
     httpx.get(f"{secure.url}/v1/sessions/nobody", headers={"Authorization": f"Bearer {TOKEN}"})
-    records = [json.loads(line) for line in secure.log().splitlines() if line.startswith("{")]
-    access = [r for r in records if r["logger"] == "optsched.service.access"]
-    hit = [r for r in access if r["path"] == "/v1/sessions/nobody"]
+    for _ in range(50):  # the record is written after the answer is sent: wait for it
+        records = [json.loads(line) for line in secure.log().splitlines() if line.startswith("{")]
+        access = [r for r in records if r["logger"] == "optsched.service.access"]
+        hit = [r for r in access if r["path"] == "/v1/sessions/nobody"]
+        if hit:
+            break
+        time.sleep(0.1)
     assert hit and hit[-1]["status"] == 404 and hit[-1]["method"] == "GET" and hit[-1]["ms"] >= 0
     assert all(r.get("client", "").startswith("127.0.0.1:") for r in access)
     assert not any("traceback" in r for r in records)

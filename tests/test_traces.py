@@ -185,10 +185,11 @@ def test_bad_throughput_table_names_the_entry():
         parse_throughputs({"v100": {"('A', 1)": {"null": -1.0}}})
 
 
-@pytest.mark.parametrize("batch", ["0", "-128"])
-def test_a_pollux_batch_size_must_be_positive(tmp_path, batch):
-    """It is the goodput model's M0; a zero or negative one was silently replaced (JCT 85,323 s vs 4,058 s)."""
+@pytest.mark.parametrize("batch", ["-1", "-128"])
+def test_a_pollux_batch_size_must_not_be_negative(tmp_path, batch):
+    """It is the goodput model's M0 (0: the application's default); a negative one was
+    silently replaced (JCT 85,323 s vs 4,058 s)."""
     p = tmp_path / "w.csv"
-    p.write_text(f"name,time,application,num_replicas,batch_size\ncifar10-0,0,cifar10,1,128\ncifar10-1,5,cifar10,1,{batch}\n")
-    with pytest.raises(OptschedError, match=r"row 3: batch_size must be a positive integer"):
+    p.write_text(f"name,time,application,num_replicas,batch_size\ncifar10-0,0,cifar10,1,0\ncifar10-1,5,cifar10,1,{batch}\n")
+    with pytest.raises(OptschedError, match=r"row 3: batch_size must be >= 0"):
         read_trace(p, format="pollux")

@@ -51,9 +51,12 @@ def _trace(df: pd.DataFrame, rows, where: str, source: str) -> Trace:
         "steps_total": np.full(len(df), np.inf),
     }
     batch = numeric_column(df["batch_size"], "batch_size", rows, where, integer=True)
-    if (batch <= 0).any():  # the goodput model's M0: a zero or negative batch was silently replaced downstream
-        i = int(np.argmax(batch <= 0))
-        raise OptschedError(f"{where}: row {rows[i]}: batch_size must be a positive integer ({int(batch[i])})")
+    # The goodput model's M0. 0 = unknown: the application's default batch (what
+    # the writer emits for a job without one); a negative one was silently replaced.
+    if (batch < 0).any():
+        i = int(np.argmax(batch < 0))
+        raise OptschedError(f"{where}: row {rows[i]}: batch_size must be >= 0 (0: the application's default) "
+                            f"({int(batch[i])})")
     return make_trace(rec, "pollux", source, speed="goodput", extra={"batch_size": batch.astype(np.int64)},
                       notes=("Pollux/Sia workloads have no job length: jobs run to a target epoch count under a goodput model",),
                       columns=FIELD_COLUMNS)

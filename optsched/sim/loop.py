@@ -124,9 +124,20 @@ class SimConfig:
         if unknown:
             raise OptschedError(f"allocator_options: unknown {unknown[0]!r} "
                                 f"(choose from {', '.join(ALLOCATOR_OPTIONS)})")
+        check_queue(self.allocator_options)
 
     def resolved_round_length(self, elastic: bool) -> float:
         return self.round_length if self.round_length is not None else default_round_length(elastic)
+
+
+def check_queue(allocator_options: dict | None) -> None:
+    """The allocator's queue discipline, before any run (the Allocator would refuse it
+    only once a run starts, and a sweep would record every run as failed)."""
+    from optsched.allocator.walk import QUEUES
+
+    queue = (allocator_options or {}).get("queue")
+    if queue is not None and queue not in QUEUES:
+        raise OptschedError(f"queue: unknown queue discipline {queue!r} (choose from {', '.join(QUEUES)})")
 
 
 def restart_seconds(config: SimConfig, jobs: JobArrays, multi_type: bool) -> np.ndarray:

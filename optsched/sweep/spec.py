@@ -228,6 +228,9 @@ def validate(spec: SweepSpec) -> None:
 
     check_sim_options(spec.options, elastic=bool(elastic_rows(trace).any()), flag=_set_flag)
     sim_opts = {k: spec.options[k] for k in ("solver", "packing", "allocator_options", "placement") if k in spec.options}
+    from optsched.sim.loop import check_queue
+
+    check_queue(sim_opts.get("allocator_options"))
     for p in spec.policies:
         for cand in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto" else [p]):
             check_run(trace, cand, sim_opts.get("solver", "auto"), sim_opts.get("packing", False), table,
