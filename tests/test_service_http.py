@@ -361,3 +361,15 @@ def test_every_request_is_one_structured_log_record(secure):
     assert hit and hit[-1]["status"] == 404 and hit[-1]["method"] == "GET" and hit[-1]["ms"] >= 0
     assert all(r.get("client", "").startswith("127.0.0.1:") for r in access)
     assert not any("traceback" in r for r in records)
+
+
+@pytest.mark.parametrize("msg,field", [
+    ("jobs[3].throughput: unknown GPU type", "jobs[3].throughput"),
+    ("placement['a'][0]: GPU v100-0:0 is not in the cluster", "placement['a'][0]"),  # quoted keys were null
+    ("jobs[0].colocated['j:1']['v100']: rates must be finite", "jobs[0].colocated['j:1']['v100']"),
+    ("no field in this message", None),
+])
+def test_an_error_names_its_field_also_with_quoted_keys(msg, field):
+    from optsched.service.app import _field_of
+
+    assert _field_of(msg) == field

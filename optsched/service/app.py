@@ -398,7 +398,8 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
     return f"{field}: {msg}{more}", field
 
 
-_FIELD = re.compile(r"^([A-Za-z_][\w.\[\]]*):")
+# A field path: name, .name, [index] or a quoted key (['job:1']), then a colon.
+_FIELD = re.compile(r"""^([A-Za-z_]\w*(?:\.\w+|\[(?:\d+|'[^']*'|"[^"]*")\])*):""")
 
 
 def _field_of(msg: str) -> str | None:
