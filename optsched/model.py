@@ -70,6 +70,17 @@ class Cluster(_Strict):
         default=None, description="Optional $/GPU-hour per type (cost-aware policies)."
     )
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _counts_are_numbers(cls, v):
+        """A count written as true or "4" is a mistake, not 1 or 4 GPUs (pydantic's lax
+        mode would convert both); numbers of any numeric type pass on."""
+        if isinstance(v, dict):
+            for t, c in v.items():
+                if isinstance(c, (bool, str)):
+                    raise ValueError(f"gpus[{t!r}] must be a whole number, not {type(c).__name__} ({c!r})")
+        return v
+
     @field_validator("gpus")
     @classmethod
     def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:

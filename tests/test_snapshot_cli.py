@@ -78,6 +78,8 @@ BAD = {
     "huge_throughput": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100=1e308)), "jobs[0].throughput"),
     "tiny_throughput": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100=1e-300)), "jobs[0].throughput"),
     "huge_weight": (_mutate(lambda s: s["jobs"][0].update(weight=1e308)), "jobs[0].weight"),
+    "gpus_true": (_mutate(lambda s: s["cluster"]["gpus"].update(v100=True)), "gpus['v100'] must be a whole number"),
+    "gpus_text": (_mutate(lambda s: s["cluster"]["gpus"].update(v100="4")), "gpus['v100'] must be a whole number"),
     "huge_integer": ('{"version": 1, "cluster": {"gpus": {"v100": ' + "9" * 5000 + '}}, "jobs": []}', "4,300 digits"),
     "done_past_total": (_mutate(lambda s: s["jobs"][1].update(steps_total=100, steps_done=200)),
                         "jobs[1].steps_done: 200 exceeds steps_total 100"),
