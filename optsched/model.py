@@ -420,7 +420,10 @@ def _check_counts(data: str | bytes) -> None:
             doc = json.loads(data)
         except (ValueError, RecursionError):
             return  # the parse names the error
-        items = doc.get("jobs") if field == "jobs" else (doc.get("cluster") or {}).get("servers") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return  # (the same)
+        holder = doc if field == "jobs" else doc.get("cluster")
+        items = holder.get(field.rpartition(".")[2]) if isinstance(holder, dict) else None
         if isinstance(items, list) and len(items) > limit:  # pydantic's own wording, as the reference path says it
             raise OptschedError(f"invalid snapshot: {field}: List should have at most {limit} items after validation, "
                                 f"not {len(items)}")

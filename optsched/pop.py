@@ -155,6 +155,6 @@ def _merged_explanation(inst: Instance, X: np.ndarray, parts: list[Allocation], 
         tol = 1e-5 * max(abs(objective), 1.0)
         setting = [p for p in parts if abs(p.objective - objective) <= tol]
     if any("bottleneck_jobs" in p.explanation for p in setting):
-        out["bottleneck_jobs"] = sorted({j for p in setting for j in p.explanation.get("bottleneck_jobs", [])},
-                                        key=inst.job_ids.index)
+        marked = {j for p in setting for j in p.explanation.get("bottleneck_jobs", [])}
+        out["bottleneck_jobs"] = [j for j in inst.job_ids if j in marked]  # in job order, O(n)
     return out

@@ -333,3 +333,13 @@ def test_the_key_count_is_only_a_bound():
     text = json.dumps(doc)
     assert outcome(parse_snapshot, text) == outcome(model._parse_reference, text)
     assert outcome(parse_snapshot, text)[0] == "Snapshot"
+
+
+@pytest.mark.parametrize("top", ["list", "cluster_list"])
+def test_the_count_check_leaves_other_shapes_to_the_parse(top):
+    """Past the key-count bound, a top level or cluster that is not an object is the parse's error to name."""
+    many = [{"throughput": 1, "gpu_type": "x"} for _ in range(model.MAX_JOBS + 1)]
+    doc = many if top == "list" else {"cluster": many, "jobs": []}
+    text = json.dumps(doc)
+    got = outcome(parse_snapshot, text)
+    assert got[0] == "error" and got == outcome(model._parse_reference, text)
