@@ -89,13 +89,15 @@ class Client:
 
     def solve(self, snapshot: dict | Any, policy: str = "max_min_fairness", solver: str = "auto",
               time_limit: float = 60.0, packing: bool = False, placement: bool = False,
-              placement_policy: str = "consolidated") -> dict:
+              placement_policy: str = "consolidated", partitions: int = 1) -> dict:
         """optsched.solve over HTTP: the JSON of ``Allocation.to_dict()`` (plus the
-        placement and allocator state with ``placement=True``)."""
+        placement and allocator state with ``placement=True``; ``partitions`` > 1: POP)."""
         if hasattr(snapshot, "model_dump"):
             snapshot = snapshot.model_dump(mode="json", exclude_none=True)
         body = {"snapshot": snapshot, "policy": policy, "solver": solver, "time_limit": time_limit,
                 "packing": packing, "placement": placement, "placement_policy": placement_policy}
+        if partitions != 1:
+            body["partitions"] = partitions
         return self.request("POST", "/v1/solve", body)
 
     # ------------------------------------------------------------------ sessions

@@ -40,6 +40,41 @@ def _family(policy: str) -> str:
     raise OptschedError(f"partitions: policy {policy!r} cannot be partitioned (fractional policies only)")
 
 
+def check_partitions(policy: str, partitions: int, packing: bool = False, field: str = "partitions") -> None:
+    """One-line OptschedError naming ``field`` when ``partitions`` cannot apply: out of
+    [1, MAX_PARTITIONS], or above 1 with a policy POP cannot split or with space sharing."""
+    if isinstance(partitions, bool) or not isinstance(partitions, (int, np.integer)) \
+            or not 1 <= partitions <= MAX_PARTITIONS:
+        raise OptschedError(f"{field}: must be an integer between 1 and {MAX_PARTITIONS}, got {partitions!r}")
+    if partitions == 1:
+        return
+    if packing:
+        raise OptschedError(f"{field}: space sharing (packing) cannot be partitioned (a pair may span two groups)")
+    try:
+        _family(policy)
+    except OptschedError:
+        raise OptschedError(f"{field}: policy {policy!r} cannot be partitioned (the max-min, finish-time, "
+                            "makespan, throughput, cost and proportional-fairness families only)") from None
+
+
+def has_elastic(inst: Instance) -> bool:
+    return inst.elastic is not None and bool(np.any(inst.elastic.is_elastic))
+
+
+def solve_maybe_partitioned(inst: Instance, policy: str, partitions: int, solver: str = "auto",
+                            time_limit: float = 60.0, workers: int | None = None, **options) -> Allocation:
+    """The exact solve for ``partitions`` = 1, POP's merged one above (the simulator's and
+    sessions' policy stage; they pass ``workers=1``: no process pool inside a server or a run)."""
+    if partitions <= 1 or has_elastic(inst):
+        from optsched.policy import solve_instance
+
+        alloc = solve_instance(inst, policy, solver, time_limit, **options)
+        if partitions > 1:  # documented fallback: POP's groups carry no goodput models
+            alloc.explanation["partitions_note"] = "elastic jobs: solved exactly, not partitioned"
+        return alloc
+    return solve_partitioned(inst, policy, partitions, solver=solver, time_limit=time_limit, workers=workers, **options)
+
+
 def partition(inst: Instance, k: int, seed: int = 0) -> list[np.ndarray]:
     """Job indices of each group, balanced by (scale factor, weight)."""
     rng = np.random.default_rng(seed)

@@ -119,6 +119,9 @@ CASES = {
     "--packing": {"gavel": (["--packing", "--throughputs", "GAVEL"], lambda b, s, d: s["packing"] is True),
                   "philly": (["--packing", "--throughputs", "GAVEL"], lambda b, s, d: s["packing"] is True),
                   "tiresias": ("refused",), "pollux": ("refused",)},
+    # POP for every recomputation (tests/test_pop_stages.py checks each merged allocation)
+    "--partitions": {"*": (["--partitions", "2"], lambda b, s, d: _config(d)["partitions"] == 2 and s["jobs_failed"] == 0),
+                     "pollux": (["--partitions", "2"], "refused")},  # elastic jobs
     # (the fixtures carry no convergence profiles; a trace with them: tests/test_seed_loss_termination.py)
     "--loss-threshold": {"*": (["--loss-threshold", "0.05"], "refused")},
     # (values refused by name: tests/test_seed_policy_options.py)

@@ -259,8 +259,11 @@ def _precheck(tr, policies, table, cfg: dict, cluster=None) -> None:
     except TypeError as e:
         raise OptschedError(str(e)) from None
     sc.validate()
+    from optsched.pop import check_partitions
+
     for p in policies:
         check_run(tr, p, sc.solver, sc.packing, table, sc.allocator_options, sc.placement)
+        check_partitions(p, sc.partitions, sc.packing, "--partitions")
     if cluster is not None:
         check_rounds(tr, cluster, table, cfg)
 
@@ -289,6 +292,7 @@ def simulate(
     type_order: Optional[str] = COMMON["type_order"],
     placement: str = COMMON["placement"],
     packing: bool = COMMON["packing"],
+    partitions: int = typer.Option(1, "--partitions", help="POP: each recomputation solves K job groups (each with 1/K of every type) and merges them (fractional policies, no --packing)."),
     migration_cost: Optional[float] = COMMON["migration_cost"],
     hysteresis: Optional[float] = COMMON["hysteresis"],
     loss_threshold: Optional[float] = COMMON["loss_threshold"],
@@ -304,6 +308,7 @@ def simulate(
                   load_factor, window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold,
                   migration_cost, hysteresis)
     cfg["policy_options"] = _policy_options([policy], policy_option)
+    cfg["partitions"] = partitions
     _precheck(tr, [policy], table, cfg, cl)
     out = _outputs(out, plot)
     r = _run(tr, cl, table, policy, quiet or as_json, **cfg)

@@ -67,6 +67,8 @@ class SolveRequest(_Body):
     solver: Literal[SOLVER_NAMES] = Field(default="auto", description="Solver backend.")  # type: ignore[valid-type]
     time_limit: float = Field(default=60.0, gt=0, description="Solver time limit, seconds (capped by the server).")
     packing: bool = Field(default=False, description="Allow space sharing (policies that support it).")
+    partitions: int = Field(default=1, ge=1, le=1024, description=(
+        "POP: solve this many job groups (each with 1/K of every GPU type) and merge (fractional policies, no packing)."))
     placement: bool = Field(default=False, description="Also compute the next round's GPU placement.")
     placement_policy: Literal[PLACEMENTS] = Field(default="consolidated")  # type: ignore[valid-type]
 
@@ -118,6 +120,9 @@ class SessionConfig(_Body):
     time_limit: float = Field(default=30.0, gt=0, description="Solver time limit per recomputation, seconds "
                               "(capped by the server's --max-time-limit).")
     packing: bool = Field(default=False, description="Space sharing (jobs need `colocated` pair throughputs).")
+    partitions: int = Field(default=1, ge=1, le=1024, description=(
+        "POP: each recomputation solves this many job groups (each with 1/K of every GPU type) and merges them "
+        "(fractional policies, no packing)."))
     round_length: float = Field(default=360.0, gt=0, le=1e7, description="Seconds per round (Gavel: 360).")
     min_recompute_interval: float = Field(
         default=0.0, ge=0, le=1e9,

@@ -539,7 +539,7 @@ class Session:
         return due and t - (s["last_recompute"] if s["last_recompute"] is not None else -math.inf) >= cfg.min_recompute_interval
 
     def _solve(self, t: float) -> Allocation:
-        from optsched.policy import solve_instance
+        from optsched.pop import solve_maybe_partitioned
 
         cfg = self.config
         inst = Instance.from_snapshot(self._snapshot(t))
@@ -547,7 +547,8 @@ class Session:
             inst = fixed_batch_instance(inst)
         options = {"packing": True} if cfg.packing else {}
         limit = min(cfg.time_limit, self._limits.max_time_limit)
-        return solve_instance(inst, cfg.policy, cfg.solver, limit, **options)
+        # POP in-process (workers=1): no process pool forked from the server's threads.
+        return solve_maybe_partitioned(inst, cfg.policy, cfg.partitions, cfg.solver, limit, workers=1, **options)
 
     def _refit_goodput(self) -> None:
         """Refit elastic jobs' throughput parameters from new iteration times
@@ -716,6 +717,9 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     if cfg.policy not in POLICIES and cfg.policy not in policy_names():  # plugins (entry points) too
         raise OptschedError(f"policy: unknown policy {cfg.policy!r} (choose from {', '.join(policy_names())})")
     # time_limit and max_jobs above the server's limits are capped where they are used.
+    from optsched.pop import check_partitions
+
+    check_partitions(cfg.policy, cfg.partitions, cfg.packing, "partitions")
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")

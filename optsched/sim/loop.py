@@ -97,6 +97,7 @@ class SimConfig:
     skip_unrunnable: bool = False
     packing: bool = False  # space sharing with the throughput table's pair throughputs
     max_partners: int = 8  # packing: candidate partners per job
+    partitions: int = 1  # POP: each recomputation solves this many job groups (each 1/k of every type) and merges
     spread_rates: bool = False  # True: multi-GPU rigid jobs spread over servers run at the table's *_unconsolidated rate (off: Gavel's model)
     policy_options: dict = field(default_factory=dict)
     loss_threshold: float | None = None  # end a job whose loss is within this relative distance of its final loss (stages.loss_termination)
@@ -116,6 +117,12 @@ class SimConfig:
             raise OptschedError(f"--time-limit: must be positive, got {self.time_limit:g}")
         if self.loss_threshold is not None and not (0 <= self.loss_threshold < np.inf):
             raise OptschedError(f"--loss-threshold: must be a number >= 0, got {self.loss_threshold:g}")
+        from optsched.pop import check_partitions
+
+        check_partitions(self.policy, self.partitions, self.packing, "--partitions")
+        if elastic and self.partitions > 1:
+            raise OptschedError("--partitions: elastic jobs cannot be partitioned (POP's groups carry no goodput "
+                                "models); use it on rigid traces")
         if self.max_partners < 1:
             raise OptschedError(f"max_partners: must be >= 1, got {self.max_partners}")
         if self.window is not None and not (0 <= self.window[0] < self.window[1]):
@@ -245,7 +252,7 @@ def simulate_jobs(
             t0 = _time.perf_counter()
             ls.allocation = compute_allocation(
                 inst, config.policy, solver, config.time_limit, config.aggregate and not config.packing,
-                cache=class_cache, **policy_options,
+                cache=class_cache, partitions=config.partitions, **policy_options,
             )
             solve_s = _time.perf_counter() - t0
             ls.solver_seconds += solve_s

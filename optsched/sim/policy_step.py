@@ -42,10 +42,15 @@ class ClassSolveCache:
 
 def compute_allocation(
     inst: Instance, policy: str, solver: str, time_limit: float, aggregate: bool,
-    cache: ClassSolveCache | None = None, **options,
+    cache: ClassSolveCache | None = None, partitions: int = 1, **options,
 ) -> Allocation:
+    """``partitions`` > 1: POP's merged solve over job groups (never class-merged: POP splits jobs)."""
     from optsched.policy import solve_instance
 
+    if partitions > 1:
+        from optsched.pop import solve_maybe_partitioned
+
+        return solve_maybe_partitioned(inst, policy, partitions, solver, time_limit, workers=1, **options)
     if not (aggregate and policy in SYMMETRIC_POLICIES and inst.n > 1):
         return solve_instance(inst, policy, solver, time_limit, **options)
     # The agnostic policy sees only where a job can run (T > 0), so jobs with

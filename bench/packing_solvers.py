@@ -1,0 +1,186 @@
+"""Which LP solver could take packing at 10,000 jobs under 5 s? One run, one table.
+
+Packing's column generation (formulations/base.py ``solve_packed``) spends
+nearly all its time in one master LP. This script builds that master on the
+bench's packing instance and times it with every general backend we have,
+plus restrictions that show where the time goes (the optimal support alone,
+one pair type per pair, degree-capped supports, POP groups):
+
+    python bench/packing_solvers.py                   # 10,000 jobs × 3 types (~3 min)
+    python bench/packing_solvers.py --jobs 2000       # smaller and quicker
+    python bench/packing_solvers.py --slow            # adds CLARABEL (> 5 min at 10,000)
+
+Every row reports its objective; restricted rows (a subset of the pairs) are
+feasible for the all-pairs program, so their loss is against the all-pairs
+optimum (the first HiGHS IPM row over every admitted pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import numpy as np
+
+
+def _master(n: int, seed: int):
+    """(instance, block LP over every admitted pair, CG's starting pair mask)."""
+    from optsched.bench import instances
+    from optsched.formulations import max_min_fairness
+    from optsched.formulations.base import _pair_reduced_costs, _top_partners, CG_START_PER_JOB
+    from optsched.solvers import block_lp
+
+    inst = instances.packing(n, seed, k=3)
+    form = max_min_fairness.build(inst, packing=True)
+    lp, pk = form.lp, form.packing
+    solo = block_lp.solve(dataclasses.replace(lp, pairs=None), backend="auto")
+    lam, pi = solo.share_dual, solo.price
+    rx = np.where(lp.allowed, lam[:, None] * lp.A - lp.S[:, None] * pi[None, :], -np.inf)
+    mu = np.maximum(rx.max(axis=1), 0.0)
+    start = pk.candidates.copy() if pk.candidates is not None else np.ones(len(pk.pairs), bool)
+    out = np.flatnonzero(~start)
+    rc = _pair_reduced_costs(lp.pairs, lam, mu, pi, out).max(axis=1)
+    good = rc > 1e-7
+    cand = out[good]
+    start[cand[_top_partners(np.arange(len(cand)), lp.pairs.pairs[cand, 0], lp.pairs.pairs[cand, 1],
+                             rc[good], n, CG_START_PER_JOB)]] = True
+    return inst, lp, start, (lam, mu, pi)
+
+
+def _matrix(lp, pairs_mask, allowed=None):
+    from optsched.formulations.base import _restrict
+    from optsched.solvers import block_lp
+
+    sub = _restrict(lp.pairs, pairs_mask)
+    if allowed is not None:
+        sub = dataclasses.replace(sub, allowed=allowed[pairs_mask],
+                                  share=np.where(allowed[pairs_mask][:, :, None], sub.share, 0.0))
+    c, A, b, lb, ub, _ = block_lp.to_matrix(dataclasses.replace(lp, pairs=sub))
+    keep = ub > 0
+    return c[keep], A.tocsc()[:, keep], b, lb[keep], ub[keep], keep
+
+
+def _timed(backend: str, c, A, b, lb, ub, options=None, limit=600.0):
+    from optsched.solvers.lp import solve_lp
+
+    t = time.perf_counter()
+    if backend == "highs-pdlp":
+        # solve_lp's highs-ipm would set solver=ipm over these options; the simplex backend leaves them.
+        sol = solve_lp(c, A, b, lb=lb, ub=ub, backend="highs-simplex", time_limit=limit,
+                       highs_options={"solver": "pdlp", **(options or {})})
+    else:
+        sol = solve_lp(c, A, b, lb=lb, ub=ub, backend=backend, time_limit=limit, highs_options=options)
+    return sol, time.perf_counter() - t
+
+
+def _repaired_value(lp, c, A, b, x) -> float:
+    """max-min objective of x after scaling it into every time and capacity row (z re-read)."""
+    x = np.clip(x, 0.0, None)
+    x[-1] = 0.0
+    rows_over = np.maximum(A[:, :-1] @ x[:-1] - b, 0.0)
+    n = lp.n
+    t_rows, cap = slice(n, 2 * n), slice(2 * n, 2 * n + lp.k)
+    scale = np.ones(A.shape[0])
+    scale[t_rows] = 1.0 / (1.0 + rows_over[t_rows])
+    scale[cap] = b[cap] / (b[cap] + rows_over[cap])
+    # Each column scaled by the tightest time or capacity row it touches.
+    Acoo = A[:, :-1].tocoo()
+    col_scale = np.ones(len(x) - 1)
+    inside = Acoo.row >= n
+    np.minimum.at(col_scale, Acoo.col[inside], scale[Acoo.row[inside]])
+    x[:-1] *= col_scale
+    share = -(A[:n, :-1] @ x[:-1])  # share rows are stored negated (-share + g z <= 0)
+    g = A[:n, -1].toarray().ravel()
+    return float(np.min(share / np.where(g > 0, g, np.inf)))
+
+
+def _pop_row(inst, groups: int) -> tuple:
+    """POP's split with only the pairs inside a group: each group solved by column generation."""
+    from optsched import pop
+    from optsched.policy import solve_instance
+
+    t = time.perf_counter()
+    worst = np.inf
+    for jobs in pop.partition(inst, groups, 0):
+        sub = pop.sub_instance(inst, jobs, groups)
+        pos = np.full(inst.n, -1)
+        pos[jobs] = np.arange(len(jobs))
+        inside = (pos[inst.pairs[:, 0]] >= 0) & (pos[inst.pairs[:, 1]] >= 0)
+        sub = dataclasses.replace(sub, pairs=np.sort(pos[inst.pairs[inside]], axis=1),
+                                  pair_throughput=inst.pair_throughput[inside])
+        worst = min(worst, solve_instance(sub, "max_min_fairness", packing=True, time_limit=600.0).objective)
+    return (f"POP, {groups} groups, pairs inside a group", "CG per group", "–", time.perf_counter() - t, worst, "optimal")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--slow", action="store_true", help="also CLARABEL on the CG start (minutes at 10,000)")
+    args = ap.parse_args()
+    from rich.console import Console
+    from rich.table import Table
+
+    from optsched.formulations.base import _pair_reduced_costs
+
+    inst, lp, start, duals = _master(args.jobs, args.seed)
+    n, k = lp.n, lp.k
+    every = np.ones(len(lp.pairs.pairs), bool)
+    rows: list[tuple] = []
+
+    def row(name, backend, mask, allowed=None, options=None, repaired=False, label=""):
+        c, A, b, lb, ub, _ = _matrix(lp, mask, allowed)
+        sol, sec = _timed(backend, c, A, b, lb, ub, options)
+        value = (_repaired_value(lp, c, A, b, sol.x.copy()) if repaired else -sol.value) if sol.x is not None else float("nan")
+        rows.append((name, backend + label, f"{A.shape[1]:,}", sec, value, sol.status))
+        print(f"  {name}: {backend} {sec:.2f} s, objective {value:.6f} ({sol.status})", flush=True)
+        return sol, A
+
+    full_sol, A_full = row("every admitted pair", "highs-ipm", every)
+    start_sol, _ = row("CG start", "highs-ipm", start)
+    row("CG start", "highs-ipm", start, options={"ipm_optimality_tolerance": 1e-4}, label=", tol 1e-4")
+    row("CG start", "highs-pdlp", start, options={"primal_feasibility_tolerance": 1e-4,
+                                                  "dual_feasibility_tolerance": 1e-4}, repaired=True,
+        label=", tol 1e-4, repaired")
+    if args.slow:
+        row("CG start", "clarabel", start)
+    # The optimal support: pairs the all-pairs solution packs.
+    ny = int(every.sum())
+    Y = np.zeros((ny, k))
+    nx = int(lp.allowed.sum())
+    y_flat = full_sol.x[nx:-1]
+    allowed_flat = lp.pairs.allowed.reshape(-1)
+    Y.reshape(-1)[np.flatnonzero(allowed_flat)] = y_flat
+    used = Y.sum(axis=1)
+    row("optimal support", "highs-ipm", used > 1e-5)
+    lam, mu, pi = duals
+    best = _pair_reduced_costs(lp.pairs, lam, mu, pi).argmax(axis=1)
+    one_type = np.zeros_like(lp.pairs.allowed)
+    one_type[np.arange(len(best)), best] = True
+    row("CG start, one type per pair", "highs-ipm", start, allowed=one_type & lp.pairs.allowed)
+    for cap_degree in (1, 2, 3):
+        deg = np.zeros(n, int)
+        keep = np.zeros(len(used), bool)
+        for p in np.argsort(-used, kind="stable"):
+            a, b = lp.pairs.pairs[p]
+            if used[p] <= 1e-5:
+                break
+            if deg[a] < cap_degree and deg[b] < cap_degree:
+                keep[p] = True
+                deg[a] += 1
+                deg[b] += 1
+        row(f"support, degree <= {cap_degree}", "highs-ipm", keep)
+    rows.append(_pop_row(inst, 4))
+    print(f"  {rows[-1][0]}: {rows[-1][3]:.2f} s, objective {rows[-1][4]:.6f}", flush=True)
+    table = Table(title=f"packing master LPs, {n:,} jobs × {k} types (seconds; loss vs every admitted pair)")
+    for col in ("program", "solver", "columns", "seconds", "objective", "loss", "status"):
+        table.add_column(col)
+    ref = rows[0][4]
+    for name, backend, cols, sec, value, status in rows:
+        table.add_row(name, backend, cols, f"{sec:.2f}", f"{value:.6f}", f"{(ref - value) / ref:.1e}", status)
+    Console(width=max(Console().width, 120)).print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""POP (``partitions``) in the simulator and in service sessions, not only in
+`optsched solve`: every recomputation is POP's merged solve, each merged
+allocation satisfies the whole cluster's constraints, a session reloaded from
+its database decides like one that never stopped, and combinations POP cannot
+serve are refused in one line naming the option."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from optsched import pop
+from optsched.model import OptschedError
+from optsched.service import Session, Store, workload
+from test_scale import feasible
+from test_service_session import decisions
+
+
+@pytest.fixture
+def pop_calls(monkeypatch):
+    """Every call of POP's merged solve, with its instance, group count and result."""
+    calls: list[tuple] = []
+    original = pop.solve_partitioned
+
+    def spy(inst, policy, partitions, *a, **kw):
+        alloc = original(inst, policy, partitions, *a, **kw)
+        calls.append((inst, partitions, alloc))
+        return alloc
+
+    monkeypatch.setattr(pop, "solve_partitioned", spy)
+    return calls
+
+
+def test_simulated_recomputations_are_pop_solves_feasible_for_the_whole_cluster(pop_calls):
+    from optsched.sim import simulate
+    from optsched.traces.generate import generate_gavel
+    from optsched.traces.throughputs import default_throughputs
+
+    trace = generate_gavel(default_throughputs(), 40, 6.0, seed=3, multi_gpu=True)
+    r = simulate(trace, {"v100": 8, "p100": 8, "k80": 8}, policy="max_min_fairness", partitions=3, seed=3)
+    assert r.summary["jobs_completed"] == 40 and r.summary["jobs_failed"] == 0
+    assert len(pop_calls) == r.summary["recomputations"] > 0
+    assert r.config["partitions"] == 3
+    for inst, k, alloc in pop_calls:
+        assert k == 3
+        feasible(inst, alloc.fractions)
+        assert alloc.explanation["partitions"] == min(3, inst.n)
+    # Same input and seed, same schedule.
+    again = simulate(trace, {"v100": 8, "p100": 8, "k80": 8}, policy="max_min_fairness", partitions=3, seed=3)
+    assert np.array_equal(r.jobs["completion_time"].to_numpy(), again.jobs["completion_time"].to_numpy())
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"partitions": 2, "policy": "fifo"}, "--partitions: policy 'fifo' cannot be partitioned"),
+    ({"partitions": 0}, "--partitions: must be an integer between 1 and 1024"),
+    ({"partitions": 2, "packing": True}, "--partitions: space sharing (packing) cannot be partitioned"),
+])
+def test_simulate_refuses_what_pop_cannot_serve(options, message):
+    from optsched.sim import simulate
+    from optsched.traces.generate import generate_gavel
+    from optsched.traces.throughputs import default_throughputs
+
+    trace = generate_gavel(default_throughputs(), 5, 6.0, seed=0)
+    with pytest.raises(OptschedError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        simulate(trace, {"v100": 2}, **{"policy": "max_min_fairness", **options})
+
+
+def test_cli_simulate_partitions_runs_and_refuses_in_one_line():
+    from optsched.cli import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["simulate", "--partitions", "2", "--quiet", "--json"])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(app, ["simulate", "--partitions", "2", "--policy", "srtf", "--quiet"])
+    assert bad.exit_code == 2
+    assert "--partitions: policy 'srtf' cannot be partitioned" in bad.output
+    assert "Traceback" not in bad.output
+
+
+def test_a_pop_session_reloaded_from_its_database_decides_like_one_that_never_stopped(tmp_path, pop_calls):
+    cfg = {"cluster": workload.CLUSTER, "partitions": 2, "recompute_every": 3, "session_id": "s"}
+    twin = Session.create(cfg, store=Store(tmp_path / "twin.db"))
+    db = tmp_path / "reload.db"
+    s = Session.create(cfg, store=Store(db))
+    dt, ds = workload.Driver(7), workload.Driver(7)
+    for r in range(25):
+        dt.before_round(twin)
+        ds.before_round(s)
+        if r % 3 == 1:
+            s = Session.load("s", Store(db))
+        assert decisions(dt.next_round(twin)) == decisions(ds.next_round(s)), f"round {r}"
+    assert s.config.partitions == 2
+    assert pop_calls, "no recomputation went through POP"
+    for inst, k, alloc in pop_calls:
+        feasible(inst, alloc.fractions)
+
+
+@pytest.mark.parametrize("cfg,message", [
+    ({"policy": "las", "partitions": 2}, "partitions: policy 'las' cannot be partitioned"),
+    ({"packing": True, "partitions": 4}, "partitions: space sharing"),
+])
+def test_a_session_pop_cannot_serve_is_refused_at_creation(cfg, message):
+    with pytest.raises(OptschedError, match=message):
+        Session.create({"cluster": workload.CLUSTER, **cfg})
+
+
+def test_elastic_jobs_fall_back_to_the_exact_solve_with_a_note():
+    from optsched.bench import instances
+    from optsched.model import Instance, parse_snapshot
+    from optsched.policy import solve_instance
+
+    inst = Instance.from_snapshot(parse_snapshot(instances.elastic_snapshot(0, 12, [("v100", 16, 4), ("k80", 16, 4)])))
+    assert pop.has_elastic(inst)
+    alloc = pop.solve_maybe_partitioned(inst, "max_min_fairness", 3)
+    exact = solve_instance(inst, "max_min_fairness")
+    assert alloc.explanation["partitions_note"].startswith("elastic jobs")
+    assert np.allclose(alloc.fractions, exact.fractions)
