@@ -297,7 +297,7 @@ class VirtualHandle:
         if t >= self.finish_at:
             self._write("finished", self.finish_at, self.total)
             self.rc = 0
-        elif lease["revoked"]:
+        elif lease["revoked"] and (t >= self.first or not self.ex.lease_from_first_step):
             steps = min(self.total, self.base + max(t - self.first, 0.0) * self.rate)
             self.ex.ckpt[self.launch.job_id] = steps
             self._write("preempted", t, steps)
@@ -314,12 +314,14 @@ class VirtualHandle:
 class VirtualExecutor:
     name = "virtual"
 
-    def __init__(self, cluster: str, rates: dict, overhead: float):
+    def __init__(self, cluster: str, rates: dict, overhead: float, lease_from_first_step: bool = False):
         from optsched.runtime.executor import local_cluster
 
         self.cluster, _ = local_cluster(cluster)
         self.clock = VirtualClock()
         self.rates, self.overhead, self.ckpt = rates, overhead, {}
+        # True: a job reads its lease only from its first step on (the job library checks it in steps()).
+        self.lease_from_first_step = lease_from_first_step
 
     def start(self):
         pass
@@ -365,6 +367,23 @@ def test_runtime_decisions_are_deterministic_given_the_same_progress(tmp_path):
     cols = ["job_id", "incarnation", "slots", "launch_at", "exit_at", "outcome"]
     pd_a, pd_b = a.launches[cols].round(6), b.launches[cols].round(6)
     assert pd_a.equals(pd_b)
+
+
+def test_a_job_still_starting_when_the_run_stops_is_left_unfinished_not_failed(tmp_path):
+    """At the run's end (max_time, Ctrl-C) a job revoked before its first step
+    is killed at once and left unfinished (its checkpoint is intact), as within
+    the run. It was waited for the grace period, killed and reported failed
+    with 'signal 9' (a Ray run that reached max_time reported so a job that
+    was still starting)."""
+    from optsched.runtime.loop import RunConfig
+
+    ex = VirtualExecutor("slot=1", {"slow": 1.0}, overhead=1000.0, lease_from_first_step=True)
+    cfg = RunConfig(round_length=1.0, grace=3.0, max_time=5.0, poll_interval=0.05)
+    res = run([regression_job("slow", 100)], ex, cfg, run_dir=str(tmp_path / "run"))
+    assert res.summary["interrupted"] == "max_time"
+    row = res.jobs.set_index("job_id").loc["slow"]
+    assert (row["status"], row["error"]) == ("unfinished", ""), row["error"]
+    assert list(res.launches["outcome"]) == ["cancelled"] and res.summary["jobs_failed"] == 0
 
 
 def test_slot_speed_emulates_a_slower_type_and_the_runtime_measures_it(tmp_path):

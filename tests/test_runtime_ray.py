@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -24,9 +25,12 @@ from optsched.runtime.workloads.regression import digest, train  # noqa: E402
 def test_ray_run_preempts_resumes_and_reports_a_crash(tmp_path):
     run_dir = str(tmp_path / "run")
     steps = 300
-    jobs = [regression_job("j0", steps), regression_job("j1", steps), regression_job("j2", steps, arrival=0.5),
+    # sleep_ms=5: each job needs about 2 s of 1 s rounds (a launch in a warm worker takes tenths of a
+    # second), mostly waiting, so the 5 jobs on 2 slots rotate even on a loaded 2-core machine.
+    jobs = [regression_job("j0", steps, sleep_ms=5), regression_job("j1", steps, sleep_ms=5),
+            regression_job("j2", steps, arrival=0.5, sleep_ms=5),
             regression_job("crash", 300, arrival=0.5, crash_at=30),
-            regression_job("wide", steps, arrival=1.0, scale_factor=2)]
+            regression_job("wide", steps, arrival=1.0, scale_factor=2, sleep_ms=5)]
     res = run(jobs, "ray", cluster="slot=2", round_length=1.0, grace=3.0, run_dir=run_dir, max_time=90)
     s = res.summary
     assert s["executor"] == "ray"
@@ -43,3 +47,48 @@ def test_ray_run_preempts_resumes_and_reports_a_crash(tmp_path):
     import ray
 
     assert not ray.is_initialized()  # the executor shut its local Ray down
+
+
+def test_ray_launches_run_in_warm_workers_also_after_a_kill_before_the_job_started(tmp_path):
+    """Every launch runs in a worker warmed at start and succeeds, also right
+    after a launch on the same slot was killed before its task started the job
+    (the runtime cancels an incarnation revoked before its first step), and no
+    job process is left behind. Before, the warm-up (no GPUs) warmed workers Ray
+    does not give GPU tasks, and such a kill (a forced ray.cancel) killed the
+    task's worker after Ray had reported the task cancelled: the next launch on
+    the slot could land on the dying worker and fail ('signal 9'), and launches
+    waited for cold workers, longer than a 1 s round on a loaded machine, so
+    jobs were cancelled round after round until max_time."""
+    from optsched.model import GpuSlot
+    from optsched.runtime.executor import Launch
+    from optsched.runtime.job import write_json_atomic
+    from optsched.runtime.ray_executor import LAUNCHER_FILE, RayExecutor
+
+    ex = RayExecutor("slot=2")
+    ex.start()
+    try:
+        warm = set(ex.warm_workers)
+        assert len(warm) == 2  # one per slot
+
+        def launch(name: str, gpu: int):
+            d = tmp_path / name
+            d.mkdir()
+            write_json_atomic(str(d / "lease.json"), {"expires": time.time() + 60, "revoked": False})
+            job = regression_job(name, 50)
+            return ex.launch(Launch(name, job.command, (GpuSlot(server="local-slot", gpu_type="slot", gpu=gpu),),
+                                    str(d), {"OPTSCHED_INCARNATION": "0"}))
+
+        for gpu in (0, 1):
+            h = launch(f"cancelled{gpu}", gpu)
+            h.kill()  # at once: its task has not started the job yet (or has just started it)
+            assert h.poll() is not None
+        hs = [launch(f"ok{gpu}", gpu) for gpu in (0, 1)]
+        deadline = time.time() + 60
+        while time.time() < deadline and any(h.poll() is None for h in hs):
+            time.sleep(0.02)
+        assert [h.poll() for h in hs] == [0, 0]
+        workers = {json.loads((tmp_path / f"ok{gpu}" / LAUNCHER_FILE).read_text())["worker"] for gpu in (0, 1)}
+        assert workers <= warm, (workers, warm)
+    finally:
+        ex.close()
+    assert wait_gone(str(tmp_path)) == []

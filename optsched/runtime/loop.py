@@ -412,7 +412,9 @@ class Runtime:
                 continue
             self._exited(s, inc, rc, self.now())
 
-    def _exited(self, s: _JobState, inc: _Incarnation, rc: int, t: float, killed: bool = False) -> None:
+    def _exited(self, s: _JobState, inc: _Incarnation, rc: int, t: float, killed_after: float | None = None) -> None:
+        """Record an incarnation's exit; ``killed_after``: the runtime killed it after that grace period."""
+        killed = killed_after is not None
         inc.exit_at, inc.exit_code = t, rc
         for slot in inc.slots:
             name = slot_names([slot])
@@ -428,7 +430,7 @@ class Runtime:
         self._credit(s, inc)
         if killed:
             inc.outcome = "killed"
-            s.status, s.error = "failed", f"killed: did not stop within the {self.cfg.grace:g} s grace period"
+            s.status, s.error = "failed", f"killed: did not stop within the {killed_after:g} s grace period"
             s.finish = t
         elif rc == 0:
             steps = int(p.get("steps_done", s.steps_done))
@@ -449,7 +451,8 @@ class Runtime:
             inc.outcome = "failed"
             s.status = "failed"
             s.finish = t
-            s.error = p.get("error") or (f"exit code {rc}" if rc > 0 else f"signal {-rc}")
+            s.error = (p.get("error") or getattr(inc.handle, "error", None)  # the executor's word (a Ray task's error)
+                       or (f"exit code {rc}" if rc > 0 else f"signal {-rc}"))
 
     def _credit(self, s: _JobState, inc: _Incarnation) -> None:
         p = inc.progress or {}
@@ -479,28 +482,7 @@ class Runtime:
         for s in stop:
             s.current.revoked_at = self.now()
             self._write_lease(s.job.job_id, revoked=True)
-        if stop:
-            # An incarnation that has not reached its first step has nothing to save (its previous
-            # checkpoint is intact): stop it now instead of waiting for its start-up.
-            for s in stop:
-                p = s.current.progress
-                if not (p and p.get("first_step_at")) and s.current.handle.poll() is None:
-                    s.current.handle.kill()
-                    s.current.cancelled = True
-            self._wait_all([s.current.handle for s in stop], self.cfg.grace)
-            for s in stop:
-                inc = s.current
-                rc = inc.handle.poll()
-                if inc.cancelled and rc != 0:
-                    self._exited(s, inc, EXIT_PREEMPTED, self.now())
-                    inc.outcome = "cancelled"
-                    s.steps_done = inc.steps_start  # its last checkpoint (it wrote none)
-                elif rc is None:
-                    inc.handle.kill()
-                    self._exited(s, inc, inc.handle.poll() if inc.handle.poll() is not None else -9, self.now(),
-                                 killed=True)
-                else:
-                    self._exited(s, inc, rc, self.now())
+        self._stop_revoked(stop, self.cfg.grace)
         for j in preempted:
             self.state[j].preemptions += 1
         for j in migrated:
@@ -517,6 +499,34 @@ class Runtime:
             if self._launch(s, tuple(slots), now):
                 started.append(j)
         return stop, started, migrated, preempted
+
+    def _stop_revoked(self, stop: list[_JobState], grace: float) -> None:
+        """Stop the incarnations whose lease was just revoked. One that has not
+        reached its first step has nothing to save (its previous checkpoint is
+        intact): it is killed at once and requeued, not waited for. The others
+        get ``grace`` seconds to checkpoint and exit; one still alive then is
+        killed and reported failed."""
+        if not stop:
+            return
+        for s in stop:
+            p = s.current.progress
+            if not (p and p.get("first_step_at")) and s.current.handle.poll() is None:
+                s.current.handle.kill()
+                s.current.cancelled = True
+        self._wait_all([s.current.handle for s in stop], grace)
+        for s in stop:
+            inc = s.current
+            rc = inc.handle.poll()
+            if inc.cancelled and rc != 0:
+                self._exited(s, inc, EXIT_PREEMPTED, self.now())
+                inc.outcome = "cancelled"
+                s.steps_done = inc.steps_start  # its last checkpoint (it wrote none)
+            elif rc is None:
+                inc.handle.kill()
+                rc = inc.handle.poll()
+                self._exited(s, inc, -9 if rc is None else rc, self.now(), killed_after=grace)
+            else:
+                self._exited(s, inc, rc, self.now())
 
     def _launch(self, s: _JobState, slots: tuple[GpuSlot, ...], decided_at: float) -> bool:
         """Start an incarnation; a job that cannot start is reported failed (the others go on)."""
@@ -589,6 +599,10 @@ class Runtime:
 
     def _shutdown(self) -> None:
         """Revoke every lease, give the jobs the grace period, kill the rest."""
+        try:
+            self._observe(self.now())  # fresh progress: which jobs have reached their first step
+        except Exception as e:  # noqa: BLE001
+            log.warning("observe at shutdown: %s", e)
         live = [s for s in self.state.values() if s.current is not None]
         for s in live:
             s.current.revoked_at = self.now()
@@ -596,16 +610,10 @@ class Runtime:
                 self._write_lease(s.job.job_id, revoked=True)
             except OSError:
                 pass
-        if live:
-            self._wait_all([s.current.handle for s in live], min(self.cfg.grace, 10.0))
+        # As a revocation within the run: a job still starting is killed at once and stays unfinished (not
+        # a failure: its checkpoint is intact); one that ignores the revoked lease past the grace is failed.
+        self._stop_revoked(live, min(self.cfg.grace, 10.0))
         for s in live:
-            inc = s.current
-            rc = inc.handle.poll()
-            if rc is None:
-                inc.handle.kill()
-                rc = inc.handle.poll()
-                rc = -9 if rc is None else rc
-            self._exited(s, inc, rc, self.now())
             if s.status == "queued" or s.status == "running":
                 s.status = "queued"
         try:

@@ -15,13 +15,21 @@
   ``num_cpus``) = its slot count with a hard node-affinity to the chosen
   node; Ray picks the device indices and sets ``CUDA_VISIBLE_DEVICES``.
 
-The task (in Ray's pooled workers, warmed at start: a launch costs
+The task (in Ray's pooled workers, warmed at start with tasks of the jobs'
+resource shape — Ray keeps the workers of GPU tasks apart — so a launch costs
 milliseconds) starts the job's command as a subprocess in its own process
 group with the same environment as the local executor and waits for it; the
 runtime polls the task's result and, to kill a job, runs a small task on the
-job's node that kills its process group. The lease, progress and checkpoint files live in the run
-directory: in joined mode it must be on a filesystem every node sees (NFS),
-or the job cannot find its lease — this is the documented limitation.
+job's node that kills its process group. A task that has not started its job
+yet is cancelled without ``force``: a queued one never runs, a starting one
+kills the job it started, and the pooled worker lives on. (A forced cancel
+kills the worker, after Ray has already reported the task cancelled: the next
+task of the same slots could be handed to the dying worker and fail with it —
+a job reported failed, 'signal 9', that never ran — and every later launch
+waited for a cold worker, longer than a round on a loaded machine.) The
+lease, progress and checkpoint files live in the run directory: in joined
+mode it must be on a filesystem every node sees (NFS), or the job cannot
+find its lease — this is the documented limitation.
 """
 
 from __future__ import annotations
@@ -30,8 +38,9 @@ import os
 import re
 import signal
 import subprocess
+import time
 
-from optsched.model import Cluster, OptschedError, Server
+from optsched.model import Cluster, GpuSlot, OptschedError, Server
 from optsched.runtime.executor import Launch, job_env, parse_types
 
 
@@ -50,11 +59,18 @@ def slot_resource(server: str, gpu: int) -> str:
 LAUNCHER_FILE = "launcher.json"
 
 
-def _run_job(command, env, cwd, log_path, real_gpus: bool):
+def _run_job(command, env, cwd, log_path, real_gpus: bool, incarnation: str = ""):
     """A Ray task: run the job's command in its own process group and wait for
-    it. Its pid (= process group) and node go to ``launcher.json`` so the
-    runtime can kill it through ``_kill_group`` on the same node."""
+    it. Its pid (= process group), node, incarnation and Ray worker go to
+    ``launcher.json`` so the runtime can kill it through ``_kill_group`` on the
+    same node.
+
+    A (non-forced) ``ray.cancel`` interrupts the task (a KeyboardInterrupt in
+    its main thread): the task then kills the job it started. The interrupt is
+    held off from the job's start to ``launcher.json``, so it never lands
+    between the fork and ``proc`` (a job started and left behind)."""
     import json
+    import threading
 
     import ray
 
@@ -64,23 +80,34 @@ def _run_job(command, env, cwd, log_path, real_gpus: bool):
     full.update(env)
     full["OPTSCHED_PARENT_PID"] = str(os.getpid())
     os.makedirs(cwd, exist_ok=True)
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(list(command), env=full, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        info = {"pid": proc.pid, "node": ray.get_runtime_context().get_node_id(),
-                "gpu_ids": [str(i) for i in ray.get_gpu_ids()] if real_gpus else []}
-        tmp = os.path.join(cwd, ".launcher.tmp")
-        with open(tmp, "w") as f:
-            json.dump(info, f)
-        os.replace(tmp, os.path.join(cwd, LAUNCHER_FILE))
+    interrupted = []
+    held = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True)) if held else None
+    proc = None
+    try:
         try:
-            return proc.wait()
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(list(command), env=full, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            info = {"pid": proc.pid, "node": ray.get_runtime_context().get_node_id(), "incarnation": incarnation,
+                    "worker": os.getpid(), "gpu_ids": [str(i) for i in ray.get_gpu_ids()] if real_gpus else []}
+            tmp = os.path.join(cwd, ".launcher.tmp")
+            with open(tmp, "w") as f:
+                json.dump(info, f)
+            os.replace(tmp, os.path.join(cwd, LAUNCHER_FILE))
         finally:
-            if proc.poll() is None:  # the task is being cancelled: take the job with it
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            if held:
+                signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+        if interrupted:
+            raise KeyboardInterrupt("cancelled while starting the job")
+        return proc.wait()
+    finally:
+        if proc is not None and proc.poll() is None:  # the task is being cancelled: take the job with it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
 
 
 def _kill_group(pid: int) -> bool:
@@ -92,11 +119,13 @@ def _kill_group(pid: int) -> bool:
 
 
 class RayHandle:
-    def __init__(self, executor: "RayExecutor", ref, job_dir: str):
+    def __init__(self, executor: "RayExecutor", ref, job_dir: str, incarnation: str = ""):
         self._ex = executor
         self.ref = ref
         self.job_dir = job_dir
+        self.incarnation = incarnation
         self._rc = None
+        self.error: str | None = None  # why the task itself failed (its worker died, ...): not the job's exit
 
     def poll(self) -> int | None:
         if self._rc is not None:
@@ -107,37 +136,56 @@ class RayHandle:
             return None
         try:
             self._rc = int(ray.get(self.ref))
-        except Exception:  # noqa: BLE001 — the task failed or was cancelled
+        except Exception as e:  # noqa: BLE001 — the task failed or was cancelled
             self._rc = -9
+            self.error = f"ray task: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
         return self._rc
 
-    def kill(self) -> None:
-        """SIGKILL the job's process group on its node, then wait for the task."""
+    def _launcher(self) -> dict | None:
+        """This incarnation's ``launcher.json`` (None before its task started the job)."""
         import json
 
-        ray = self._ex.ray
-        if self.poll() is not None:
-            return
         try:
             with open(os.path.join(self.job_dir, LAUNCHER_FILE)) as f:
                 info = json.load(f)
         except (OSError, ValueError):
-            info = None
-        if info is not None:
+            return None
+        return info if str(info.get("incarnation", "")) == self.incarnation else None
+
+    def kill(self, timeout: float = 30.0) -> None:
+        """SIGKILL the job's process group on its node, then wait for the task.
+        A task that has not started the job yet is cancelled without force (a
+        queued one never runs; a starting one kills what it started), so its
+        pooled worker survives for the next launch."""
+        ray = self._ex.ray
+        if self.poll() is not None:
+            return
+        deadline = time.monotonic() + timeout
+        info = self._launcher()
+        if info is None:
+            ray.cancel(self.ref, force=False)
+            while info is None and self.poll() is None and time.monotonic() < deadline:
+                ray.wait([self.ref], timeout=0.02)
+                info = self._launcher()  # it started the job meanwhile: kill that below
+        if info is not None and self.poll() is None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             killer = self._ex.kill_task.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(info["node"], soft=False))
             try:
-                ray.get(killer.remote(int(info["pid"])), timeout=30)
+                ray.get(killer.remote(int(info["pid"])), timeout=max(deadline - time.monotonic(), 1.0))
             except Exception:  # noqa: BLE001
                 pass
-        else:  # not started yet: drop it from Ray's queue (or stop its worker)
-            ray.cancel(self.ref, force=True)
         try:
-            ray.wait([self.ref], timeout=30)
+            ray.wait([self.ref], timeout=max(deadline - time.monotonic(), 1.0))
         except Exception:  # noqa: BLE001
             pass
+        if self.poll() is None:  # a task stuck past every other way (Ray broken): its worker goes, the job with it
+            ray.cancel(self.ref, force=True)
+            try:
+                ray.wait([self.ref], timeout=10)
+            except Exception:  # noqa: BLE001
+                pass
         if self.poll() is None:
             self._rc = -9
 
@@ -161,6 +209,7 @@ class RayExecutor:
         self._node_of: dict[str, str] = {}  # server -> Ray node id (joined mode)
         self._use_cpus = False
         self._handles: list[RayHandle] = []
+        self.warm_workers: set[int] = set()
         if address:
             self._init()
             self.cluster = self._cluster_from_ray(cluster_spec)
@@ -212,27 +261,45 @@ class RayExecutor:
         return Cluster(gpus=gpus, servers=servers)
 
     def start(self) -> None:
-        """Start Ray and warm its worker pool (one worker per slot, reused by
-        every launch: a launch then costs milliseconds, not a Python start)."""
+        """Start Ray and warm its worker pool: one worker per slot (up to 16),
+        warmed by a task of a one-slot job's resource shape on that slot — Ray
+        keeps the workers of GPU tasks apart, so a warm-up without GPUs would
+        leave the first launches a cold worker start (≈1 s idle, seconds on a
+        loaded machine: longer than a round) — and one for the kill task. A
+        launch then costs milliseconds, not a Python start."""
         self._init()
         ray = self.ray
         self.run_task = ray.remote(max_retries=0)(_run_job)
         self.kill_task = ray.remote(num_cpus=0, max_retries=0)(_kill_group)
-        warm = ray.remote(num_cpus=0)(_warm)
-        n = min(sum(self.cluster.gpus.values()), 16)
-        ray.get([warm.remote(0.2) for _ in range(n + 1)], timeout=120)
+        warm = ray.remote(max_retries=0)(_warm)
+        slots = [GpuSlot(server=s.id, gpu_type=s.gpu_type, gpu=g) for s in self.cluster.servers for g in range(s.gpus)]
+        slots = slots[:16]
+        kill_ref = warm.options(num_cpus=0).remote(0.2)
+        seconds, deadline = 0.2, time.monotonic() + 120
+        while True:  # longer, until the slots' tasks overlap: one worker each (a cold start can outlast 0.2 s)
+            refs = [warm.options(**self._task_options((slot,))).remote(seconds) for slot in slots]
+            ready, pending = ray.wait(refs, num_returns=len(refs), timeout=max(deadline - time.monotonic(), 1.0))
+            for ref in pending:  # a joined cluster's busy slots: those launches start cold
+                ray.cancel(ref)
+            self.warm_workers = set(ray.get(ready))  # pids of the slots' warm workers
+            if pending or len(self.warm_workers) >= len(slots) or seconds > 3:
+                break
+            seconds *= 4
+        ray.wait([kill_ref], timeout=max(deadline - time.monotonic(), 1.0))
 
-    def launch(self, launch: Launch) -> RayHandle:
-        n = len(launch.slots)
+    def _task_options(self, slots) -> dict:
+        """Ray options of a task holding ``slots`` (all on one server)."""
+        n = len(slots)
         if self.address:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            server = launch.slots[0].server
-            strategy = NodeAffinitySchedulingStrategy(self._node_of[server], soft=False)
+            strategy = NodeAffinitySchedulingStrategy(self._node_of[slots[0].server], soft=False)
             res = {"num_cpus": n, "num_gpus": 0} if self._use_cpus else {"num_cpus": 0, "num_gpus": n}
-            opts = dict(scheduling_strategy=strategy, **res)
-        else:
-            opts = dict(num_cpus=0, num_gpus=n, resources={slot_resource(s.server, s.gpu): 1.0 for s in launch.slots})
+            return dict(scheduling_strategy=strategy, **res)
+        return dict(num_cpus=0, num_gpus=n, resources={slot_resource(s.server, s.gpu): 1.0 for s in slots})
+
+    def launch(self, launch: Launch) -> RayHandle:
+        opts = self._task_options(launch.slots)
         os.makedirs(launch.job_dir, exist_ok=True)
         try:
             os.unlink(os.path.join(launch.job_dir, LAUNCHER_FILE))
@@ -240,9 +307,11 @@ class RayExecutor:
             pass
         env = job_env(launch, self.run_id, 0, False)
         env.pop("OPTSCHED_PARENT_PID", None)
+        incarnation = str(launch.env.get("OPTSCHED_INCARNATION", ""))
         ref = self.run_task.options(**opts).remote(launch.command, env, launch.job_dir,
-                                                  os.path.join(launch.job_dir, "output.log"), self.real_gpus)
-        h = RayHandle(self, ref, launch.job_dir)
+                                                  os.path.join(launch.job_dir, "output.log"), self.real_gpus,
+                                                  incarnation)
+        h = RayHandle(self, ref, launch.job_dir, incarnation)
         self._handles.append(h)
         return h
 
