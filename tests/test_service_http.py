@@ -53,6 +53,19 @@ def test_healthz_policies_and_openapi_are_served(server):
     assert "GPU-seconds" in props["attained_service"]["description"]
 
 
+def test_solve_over_http_with_partitions_is_pops_merged_solve(server):
+    from optsched.pop import solve_partitioned
+
+    snap = snapshot()
+    remote = Client(server.url).solve(snap, policy="max_min_fairness", partitions=2)
+    local = solve_partitioned(optsched.Instance.from_snapshot(optsched.parse_snapshot(snap)), "max_min_fairness", 2)
+    assert remote["explanation"]["partitions"] == 2
+    assert remote["objective"] == pytest.approx(local.objective, rel=1e-9)
+    with pytest.raises(ServiceError) as e:
+        Client(server.url).solve(snap, policy="fifo", partitions=2)
+    assert e.value.status in (400, 422) and e.value.field == "partitions"
+
+
 def test_solve_over_http_equals_the_in_process_solve(server):
     snap = snapshot()
     remote = Client(server.url).solve(snap, policy="max_min_fairness")
