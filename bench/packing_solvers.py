@@ -25,27 +25,20 @@ import numpy as np
 
 
 def _master(n: int, seed: int):
-    """(instance, block LP over every admitted pair, CG's starting pair mask)."""
+    """(instance, block LP over every admitted pair, CG's starting pair mask, pair-free duals)."""
     from optsched.bench import instances
     from optsched.formulations import max_min_fairness
-    from optsched.formulations.base import _pair_reduced_costs, _top_partners, CG_START_PER_JOB
+    from optsched.formulations.base import priced_start
     from optsched.solvers import block_lp
 
     inst = instances.packing(n, seed, k=3)
     form = max_min_fairness.build(inst, packing=True)
     lp, pk = form.lp, form.packing
     solo = block_lp.solve(dataclasses.replace(lp, pairs=None), backend="auto")
-    lam, pi = solo.share_dual, solo.price
-    rx = np.where(lp.allowed, lam[:, None] * lp.A - lp.S[:, None] * pi[None, :], -np.inf)
-    mu = np.maximum(rx.max(axis=1), 0.0)
     start = pk.candidates.copy() if pk.candidates is not None else np.ones(len(pk.pairs), bool)
-    out = np.flatnonzero(~start)
-    rc = _pair_reduced_costs(lp.pairs, lam, mu, pi, out).max(axis=1)
-    good = rc > 1e-7
-    cand = out[good]
-    start[cand[_top_partners(np.arange(len(cand)), lp.pairs.pairs[cand, 0], lp.pairs.pairs[cand, 1],
-                             rc[good], n, CG_START_PER_JOB)]] = True
-    return inst, lp, start, (lam, mu, pi)
+    priced_start(lp, solo, start, 1.0 + float(np.abs(lp.objective_X()).max()) + abs(lp.c_z))  # solve_packed's scale
+    rx = np.where(lp.allowed, solo.share_dual[:, None] * lp.A - lp.S[:, None] * solo.price[None, :], -np.inf)
+    return inst, lp, start, (solo.share_dual, np.maximum(rx.max(axis=1), 0.0), solo.price)
 
 
 def _matrix(lp, pairs_mask, allowed=None):

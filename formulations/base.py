@@ -381,6 +381,23 @@ def _cover_lp(n: int, xm, vx, a, b, vy) -> float:
     return float(d.sum() + np.maximum(np.concatenate([vx, vy]) - cover, 0.0).sum())
 
 
+def priced_start(lp: BlockLP, solo: BlockSolution, active: np.ndarray, scale: float) -> None:
+    """Add to ``active`` each job's CG_START_PER_JOB pairs that the pair-free
+    solution ``solo``'s duals price highest (μ: each job's best single column)."""
+    if not (solo.ok and solo.share_dual is not None and solo.price is not None):
+        return
+    lam0, pi0, full = solo.share_dual, solo.price, lp.pairs
+    mu0 = np.maximum(np.where(lp.allowed, lp.objective_X() + lam0[:, None] * lp.A
+                              - np.asarray(lp.S, float)[:, None] * pi0[None, :], -np.inf).max(axis=1), 0.0)
+    out = np.flatnonzero(~active)
+    rc = _pair_reduced_costs(full, lam0, mu0, pi0, out).max(axis=1)
+    good = rc > CG_TOL * scale
+    if good.any():
+        cand = out[good]
+        active[cand[_top_partners(np.arange(len(cand)), full.pairs[cand, 0], full.pairs[cand, 1], rc[good], lp.n,
+                                  CG_START_PER_JOB)]] = True
+
+
 def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> BlockSolution:
     """Column generation from ``pk.candidates`` to within CG_GAP of the all-pairs optimum (see above)."""
     import dataclasses
@@ -398,19 +415,7 @@ def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> B
     # Round 0: the program without pairs (block IPM, fast) prices every pair; each
     # job's most attractive ones join the candidates.
     solo = block_lp.solve(dataclasses.replace(lp, pairs=None), backend="auto", time_limit=time_limit / 4)
-    if solo.ok and solo.share_dual is not None and solo.price is not None:
-        lam0, pi0 = solo.share_dual, solo.price
-        C0 = lp.objective_X()
-        mu0 = np.maximum(np.where(lp.allowed, C0 + lam0[:, None] * lp.A - np.asarray(lp.S, float)[:, None] * pi0[None, :],
-                                  -np.inf).max(axis=1), 0.0)
-        out = np.flatnonzero(~active)
-        rc = _pair_reduced_costs(full, lam0, mu0, pi0, out).max(axis=1)
-        good = rc > CG_TOL * scale
-        if good.any():
-            cand = out[good]
-            pick = _top_partners(np.arange(len(cand)), full.pairs[cand, 0], full.pairs[cand, 1], rc[good], n,
-                                 CG_START_PER_JOB)
-            active[cand[pick]] = True
+    priced_start(lp, solo, active, scale)
     while True:
         rounds += 1
         sub = dataclasses.replace(lp, pairs=_restrict(full, active))

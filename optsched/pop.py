@@ -63,13 +63,14 @@ def has_elastic(inst: Instance) -> bool:
 
 def solve_maybe_partitioned(inst: Instance, policy: str, partitions: int, solver: str = "auto",
                             time_limit: float = 60.0, workers: int | None = None, **options) -> Allocation:
-    """The exact solve for ``partitions`` = 1, POP's merged one above (the simulator's and
-    sessions' policy stage; they pass ``workers=1``: no process pool inside a server or a run)."""
-    if partitions <= 1 or has_elastic(inst):
+    """The exact solve for ``partitions`` = 1 or no jobs (nothing to split), POP's merged one
+    above (the policy stage of the simulator, sessions and the service's solve; they pass
+    ``workers=1``: no process pool inside a server or a run)."""
+    if partitions <= 1 or inst.n == 0 or has_elastic(inst):
         from optsched.policy import solve_instance
 
         alloc = solve_instance(inst, policy, solver, time_limit, **options)
-        if partitions > 1:  # documented fallback: POP's groups carry no goodput models
+        if partitions > 1 and inst.n:  # documented fallback: POP's groups carry no goodput models
             alloc.explanation["partitions_note"] = "elastic jobs: solved exactly, not partitioned"
         return alloc
     return solve_partitioned(inst, policy, partitions, solver=solver, time_limit=time_limit, workers=workers, **options)
@@ -134,10 +135,7 @@ def solve_partitioned(
     seed: int = 0, workers: int | None = None, **options,
 ) -> Allocation:
     """Solve ``policy`` on ``partitions`` groups and merge (see the module docstring)."""
-    if not 1 <= partitions <= MAX_PARTITIONS:
-        raise OptschedError(f"partitions: must be between 1 and {MAX_PARTITIONS} ({partitions})")
-    if options.get("packing"):
-        raise OptschedError("partitions: space sharing (packing) cannot be partitioned")
+    check_partitions(policy, partitions, bool(options.get("packing")))
     family = _family(policy)
     t0 = time.perf_counter()
     # Never more groups than jobs: each group gets 1/k of every type, so an

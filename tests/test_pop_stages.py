@@ -116,3 +116,17 @@ def test_elastic_jobs_fall_back_to_the_exact_solve_with_a_note():
     exact = solve_instance(inst, "max_min_fairness")
     assert alloc.explanation["partitions_note"].startswith("elastic jobs")
     assert np.allclose(alloc.fractions, exact.fractions)
+
+
+def test_no_jobs_is_the_exact_solve_in_every_entry_point(pop_calls):
+    """Nothing to split: the CLI, the service's solve and sessions all take the exact path."""
+    from optsched.model import Instance, parse_snapshot
+    from optsched.policy import solve_instance
+
+    inst = Instance.from_snapshot(parse_snapshot({"cluster": {"gpus": {"v100": 2}}, "jobs": []}))
+    alloc = pop.solve_maybe_partitioned(inst, "max_min_fairness", 3)
+    assert alloc.status == solve_instance(inst, "max_min_fairness").status
+    assert "partitions" not in alloc.explanation and "partitions_note" not in alloc.explanation
+    s = Session.create({"cluster": workload.CLUSTER, "partitions": 3})
+    assert s.next_round()["allocation_status"] == alloc.status
+    assert pop_calls == []

@@ -39,7 +39,6 @@ def solve(
 ):
     """Solve a policy on a cluster snapshot: allocation, explanation (and placement)."""
     from optsched.model import parse_snapshot
-    from optsched.policy import solve as solve_policy
 
     if not (math.isfinite(time_limit) and time_limit > 0):
         raise OptschedError(f"--time-limit: must be a positive number of seconds ({time_limit})")
@@ -68,19 +67,15 @@ def solve(
 
         _module(policy)  # an unknown policy is named before its options
         options.update(parse_policy_options(policy, policy_option))
-    if partitions != 1 and snap.jobs:  # (no jobs: nothing to split; the plain solve, after the range check)
-        from optsched.model import Instance
-        from optsched.pop import solve_partitioned
+    from optsched.model import Instance
+    from optsched.pop import MAX_PARTITIONS, solve_maybe_partitioned
 
-        alloc = solve_partitioned(Instance.from_snapshot(snap), policy, partitions, solver=solver,
-                                  time_limit=time_limit, **options)
-    else:
-        if partitions != 1:
-            from optsched.cli.limits import number
-            from optsched.pop import MAX_PARTITIONS
+    if partitions != 1:
+        from optsched.cli.limits import number
 
-            number("--partitions", partitions, 1, MAX_PARTITIONS)
-        alloc = solve_policy(snap, policy=policy, solver=solver, time_limit=time_limit, **options)
+        number("--partitions", partitions, 1, MAX_PARTITIONS)
+    # No jobs or elastic ones: the exact solve (solve_maybe_partitioned); else POP over a process pool.
+    alloc = solve_maybe_partitioned(Instance.from_snapshot(snap), policy, partitions, solver, time_limit, **options)
     out = alloc.to_dict()
     # Honest timings: parsing is the caller's cost too, and never hides in another field.
     out["parse_seconds"] = parse_seconds

@@ -45,7 +45,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from optsched import __version__
-from optsched.model import OptschedError
+from optsched.model import Instance, OptschedError
+from optsched.pop import check_partitions, solve_maybe_partitioned
 from optsched.service.models import (SESSION_ID_PATTERN, ErrorBody, FinishRequest, Health, JobOut, JobsOut,
                                      JobUpdate, Limits, PoliciesOut, ReportProgress, RoundOut, RoundRequest,
                                      SessionConfig, SessionCreated, SessionOut, SolveRequest, SolveResponse,
@@ -182,7 +183,7 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
         next round's placement and the allocator state to merge into the next snapshot."""
         snap = req.snapshot
         _check_policy(req.policy)
-        _check_partitions(req.policy, req.partitions, req.packing)
+        check_partitions(req.policy, req.partitions, req.packing)
         _check_finite(snap.model_dump(), "snapshot")
         if len(snap.jobs) > limits.max_jobs:
             raise OptschedError(f"snapshot.jobs: {len(snap.jobs)} jobs exceed the server's limit of {limits.max_jobs}")
@@ -306,20 +307,11 @@ async def _in_thread(fn, *args):
 
 
 def _solve(req: SolveRequest, limits: Limits) -> dict:
-    from optsched.policy import solve as solve_policy
-
     t0 = time.perf_counter()
     options = {"packing": True} if req.packing else {}
-    limit = min(req.time_limit, limits.max_time_limit)
-    if req.partitions > 1 and req.snapshot.jobs:
-        from optsched.model import Instance
-        from optsched.pop import solve_maybe_partitioned
-
-        # workers=1: no process pool forked from the server's threads.
-        alloc = solve_maybe_partitioned(Instance.from_snapshot(req.snapshot), req.policy, req.partitions,
-                                        req.solver, limit, workers=1, **options)
-    else:
-        alloc = solve_policy(req.snapshot, policy=req.policy, solver=req.solver, time_limit=limit, **options)
+    # workers=1: no process pool forked from the server's threads.
+    alloc = solve_maybe_partitioned(Instance.from_snapshot(req.snapshot), req.policy, req.partitions,
+                                    req.solver, min(req.time_limit, limits.max_time_limit), workers=1, **options)
     out = alloc.to_dict()
     if req.placement:
         from optsched.allocator import Allocator
@@ -329,12 +321,6 @@ def _solve(req: SolveRequest, limits: Limits) -> dict:
         out["allocator_state"] = allocator.state()
     out["total_seconds"] = time.perf_counter() - t0
     return out
-
-
-def _check_partitions(policy: str, partitions: int, packing: bool) -> None:
-    from optsched.pop import check_partitions
-
-    check_partitions(policy, partitions, packing, "partitions")
 
 
 def _check_policy(name: str) -> None:
