@@ -4,7 +4,9 @@ Packing's column generation (formulations/base.py ``solve_packed``) spends
 nearly all its time in one master LP. This script builds that master on the
 bench's packing instance and times it with every general backend we have,
 plus restrictions that show where the time goes (the optimal support alone,
-one pair type per pair, degree-capped supports, POP groups):
+one pair type per pair, degree-capped supports, POP groups), OR-Tools PDLP
+(its duals certify a bound; its support, solved exactly, gives the primal)
+and the program without its time rows (a relaxation: where IPX's time goes):
 
     python bench/packing_solvers.py                   # 10,000 jobs × 3 types (~3 min)
     python bench/packing_solvers.py --jobs 2000       # smaller and quicker
@@ -67,6 +69,28 @@ def _timed(backend: str, c, A, b, lb, ub, options=None, limit=600.0):
     return sol, time.perf_counter() - t
 
 
+def _ortools_pdlp(c, A, b, lb, ub, eps: float):
+    """OR-Tools PDLP (one thread) to relative and absolute tolerance ``eps``: (primal, row duals >= 0, seconds)."""
+    from ortools.pdlp import solvers_pb2
+    from ortools.pdlp.python import pdlp
+
+    qp = pdlp.QuadraticProgram()
+    qp.objective_vector = c
+    qp.constraint_matrix = A.tocsc()
+    qp.constraint_lower_bounds = np.full(A.shape[0], -np.inf)
+    qp.constraint_upper_bounds = b
+    qp.variable_lower_bounds = lb
+    qp.variable_upper_bounds = np.where(np.isfinite(lb), np.inf, ub)  # X, Y <= 1 is implied by the time rows
+    params = solvers_pb2.PrimalDualHybridGradientParams()
+    crit = params.termination_criteria.simple_optimality_criteria
+    crit.eps_optimal_relative = crit.eps_optimal_absolute = eps
+    params.num_threads = 1
+    t = time.perf_counter()
+    res = pdlp.primal_dual_hybrid_gradient(qp, params)
+    # PDLP's duals of <= rows of a minimization are <= 0; the bound wants prices >= 0.
+    return np.asarray(res.primal_solution), np.maximum(-np.asarray(res.dual_solution), 0.0), time.perf_counter() - t
+
+
 def _repaired_value(lp, c, A, b, x) -> float:
     """max-min objective of x after scaling it into every time and capacity row (z re-read)."""
     x = np.clip(x, 0.0, None)
@@ -104,6 +128,50 @@ def _pop_row(inst, groups: int) -> tuple:
                                   pair_throughput=inst.pair_throughput[inside])
         worst = min(worst, solve_instance(sub, "max_min_fairness", packing=True, time_limit=600.0).objective)
     return (f"POP, {groups} groups, pairs inside a group", "CG per group", "–", time.perf_counter() - t, worst, "optimal")
+
+
+def _pdlp_rows(lp, start, rows) -> None:
+    """OR-Tools PDLP on the CG start: its primal repaired into the time and capacity
+    rows, its duals' certified bound over every admitted pair (formulations/base.py
+    ``_dual_bound``), and the exact program over the pairs its primal uses."""
+    from optsched.formulations.base import _dual_bound
+
+    n, k = lp.n, lp.k
+    c, A, b, lb, ub, keep = _matrix(lp, start)
+    for eps in (1e-3, 1e-4):
+        x, d, sec = _ortools_pdlp(c, A, b, lb, ub, eps)
+        value = _repaired_value(lp, c, A, b, x.copy())
+        bound = _dual_bound(lp, d[:n], d[n : 2 * n], d[2 * n :])
+        rows.append((f"CG start (bound {bound:.6f})", f"OR-Tools PDLP {eps:g}, repaired", f"{A.shape[1]:,}", sec, value, "approx"))
+        print(f"  PDLP {eps:g}: {sec:.2f} s, repaired {value:.6f}, certified bound {bound:.6f}", flush=True)
+    # Its support (entries above 1e-4), solved exactly: the primal PDLP points at.
+    full = np.zeros(len(keep))
+    full[keep] = x
+    na = int(start.sum())
+    Y = np.zeros(lp.pairs.allowed.shape)
+    Y[start] = full[n * k : n * k + na * k].reshape(na, k)
+    used = Y > 1e-4
+    c2, A2, b2, lb2, ub2, _ = _matrix(lp, used.any(axis=1), used)
+    sol, sec2 = _timed("clarabel", c2, A2, b2, lb2, ub2)
+    rows.append(("PDLP 1e-4's support", "CLARABEL", f"{A2.shape[1]:,}", sec + sec2, -sol.value if sol.ok else float("nan"),
+                 sol.status))
+    print(f"  PDLP support, exact: {sec + sec2:.2f} s, objective {rows[-1][4]:.6f}", flush=True)
+
+
+def _relaxed_rows(lp, start, rows) -> None:
+    """The CG start without its time rows (a relaxation, so above the optimum), then
+    with the time rows its solution violates: the time rows set IPX's pace."""
+    n = lp.n
+    c, A, b, lb, ub, _ = _matrix(lp, start)
+    share_cap = np.r_[np.arange(n), np.arange(2 * n, A.shape[0])]
+    Ar = A.tocsr()
+    sol, sec = _timed("highs-ipm", c, Ar[share_cap].tocsc(), b[share_cap], lb, ub)
+    over = np.flatnonzero(Ar[n : 2 * n] @ sol.x > 1 + 1e-6)
+    rows.append(("CG start, no time rows (relaxation)", "highs-ipm", f"{A.shape[1]:,}", sec, -sol.value, sol.status))
+    keep = np.sort(np.r_[share_cap, n + over])
+    sol2, sec2 = _timed("highs-ipm", c, Ar[keep].tocsc(), b[keep], lb, ub)
+    rows.append((f"+ the {len(over):,} time rows it violates", "highs-ipm", f"{A.shape[1]:,}", sec2, -sol2.value, sol2.status))
+    print(f"  no time rows: {sec:.2f} s ({len(over)} violated); with them: {sec2:.2f} s", flush=True)
 
 
 def main() -> None:
@@ -164,6 +232,8 @@ def main() -> None:
                 deg[a] += 1
                 deg[b] += 1
         row(f"support, degree <= {cap_degree}", "highs-ipm", keep)
+    _pdlp_rows(lp, start, rows)
+    _relaxed_rows(lp, start, rows)
     rows.append(_pop_row(inst, 4))
     print(f"  {rows[-1][0]}: {rows[-1][3]:.2f} s, objective {rows[-1][4]:.6f}", flush=True)
     table = Table(title=f"packing master LPs, {n:,} jobs × {k} types (seconds; loss vs every admitted pair)")
