@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -51,7 +52,8 @@ def solve(
     else:
         text = snapshot.read_bytes()
     t_parse = time.perf_counter()
-    snap = parse_snapshot(text)
+    with _working(f"parsing the snapshot ({len(text) / 1e6:,.1f} MB)"):
+        snap = parse_snapshot(text)
     parse_seconds = time.perf_counter() - t_parse
     if placement:
         from optsched.placement import placement_policies
@@ -75,7 +77,11 @@ def solve(
 
         number("--partitions", partitions, 1, MAX_PARTITIONS)
     # No jobs or elastic ones: the exact solve (solve_maybe_partitioned); else POP over a process pool.
-    alloc = solve_maybe_partitioned(Instance.from_snapshot(snap), policy, partitions, solver, time_limit, **options)
+    what = f"solving {policy} over {len(snap.jobs):,} jobs" + (" with packing" if packing else "")
+    # Not around POP's process pool: its workers are forked, and a fork while the
+    # spinner's thread holds stderr's lock would leave a worker that warns hung.
+    with _working(what) if partitions == 1 else contextlib.nullcontext():
+        alloc = solve_maybe_partitioned(Instance.from_snapshot(snap), policy, partitions, solver, time_limit, **options)
     out = alloc.to_dict()
     # Honest timings: parsing is the caller's cost too, and never hides in another field.
     out["parse_seconds"] = parse_seconds
@@ -97,6 +103,14 @@ def solve(
     if strict and not str(out["status"]).startswith(("optimal", "ok")):
         err_console.print(f"[bold red]error:[/] --strict: status is {out['status']!r}", highlight=False, soft_wrap=True)
         raise typer.Exit(3)
+
+
+def _working(what: str):
+    """A spinner on stderr while a long step runs, in a terminal only (it
+    leaves nothing behind; pipes and --json output see no change)."""
+    if not err_console.is_terminal:
+        return contextlib.nullcontext()
+    return err_console.status(f"{what}…", spinner="dots")
 
 
 _CONTROL_CHARS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
