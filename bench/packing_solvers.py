@@ -144,7 +144,7 @@ def _pdlp_rows(lp, start, rows) -> None:
         bound = _dual_bound(lp, d[:n], d[n : 2 * n], d[2 * n :])
         rows.append((f"CG start (bound {bound:.6f})", f"OR-Tools PDLP {eps:g}, repaired", f"{A.shape[1]:,}", sec, value, "approx"))
         print(f"  PDLP {eps:g}: {sec:.2f} s, repaired {value:.6f}, certified bound {bound:.6f}", flush=True)
-    # Its support (entries above 1e-4), solved exactly: the primal PDLP points at.
+    # The last (1e-4) run's support (entries above 1e-4), solved exactly: the primal PDLP points at.
     full = np.zeros(len(keep))
     full[keep] = x
     na = int(start.sum())

@@ -78,6 +78,30 @@ def test_cli_simulate_partitions_runs_and_refuses_in_one_line():
     assert "Traceback" not in bad.output
 
 
+@pytest.mark.parametrize("jobs", [0, 3])
+@pytest.mark.parametrize("args,message", [
+    (["--packing"], "--partitions: space sharing (packing) cannot be partitioned"),
+    (["--policy", "fifo"], "--partitions: policy 'fifo' cannot be partitioned"),
+    (["--policy", "no_such_policy"], "--policy: unknown policy 'no_such_policy'"),
+])
+def test_cli_solve_refuses_what_pop_cannot_split_with_or_without_jobs(tmp_path, jobs, args, message):
+    """`optsched solve --partitions` checks before solving, as POST /v1/solve does:
+    a snapshot with no jobs (which takes the exact path) is refused the same way."""
+    import json
+
+    from optsched.cli import app
+
+    snap = {"cluster": {"gpus": {"v100": 2}},
+            "jobs": [{"id": f"j{i}", "throughput": {"v100": 1.0 + i}} for i in range(jobs)]}
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(snap))
+    out = CliRunner().invoke(app, ["solve", str(path), "--partitions", "2", *args])
+    assert out.exit_code == 2, out.output
+    assert message in out.output and "Traceback" not in out.output
+    ok = CliRunner().invoke(app, ["solve", str(path), "--partitions", "2", "--json"])
+    assert ok.exit_code == 0, ok.output
+
+
 def test_a_pop_session_reloaded_from_its_database_decides_like_one_that_never_stopped(tmp_path, pop_calls):
     cfg = {"cluster": workload.CLUSTER, "partitions": 2, "recompute_every": 3, "session_id": "s"}
     twin = Session.create(cfg, store=Store(tmp_path / "twin.db"))

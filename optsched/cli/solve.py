@@ -70,12 +70,14 @@ def solve(
         _module(policy)  # an unknown policy is named before its options
         options.update(parse_policy_options(policy, policy_option))
     from optsched.model import Instance
-    from optsched.pop import MAX_PARTITIONS, solve_maybe_partitioned
+    from optsched.pop import check_partitions, solve_maybe_partitioned
 
     if partitions != 1:
-        from optsched.cli.limits import number
+        from optsched.policy import _module
 
-        number("--partitions", partitions, 1, MAX_PARTITIONS)
+        _module(policy)  # an unknown policy is named as such, not as one POP cannot split
+        # Before the solve, as POST /v1/solve does: also a snapshot with no jobs refuses what POP cannot split.
+        check_partitions(policy, partitions, packing, "--partitions")
     # No jobs or elastic ones: the exact solve (solve_maybe_partitioned); else POP over a process pool.
     what = f"solving {policy} over {len(snap.jobs):,} jobs" + (" with packing" if packing else "")
     # Not around POP's process pool: its workers are forked, and a fork while the
