@@ -213,5 +213,5 @@ def _best_alone(inst: Instance, A: np.ndarray, pk) -> np.ndarray:
 
 
 def _rho(a: np.ndarray, b: np.ndarray, thr: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 for a finished job (b = 0, thr = 0) is masked
         return a + np.where(b > 0, b / np.maximum(thr, 0.0), 0.0)

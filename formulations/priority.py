@@ -270,6 +270,15 @@ def gandiva_pack(inst: Instance, X: np.ndarray, max_partners: int | None = None)
     return X, pairs[chosen].reshape(-1, 2), Y, thr
 
 
+# Options that mean something only under some orders (``--policy-option``
+# refuses them elsewhere, as an unknown key, rather than ignoring them).
+OPTIONS_ONLY_FOR = {
+    "thresholds": ("order", ("tiresias",)), "starvation_factor": ("order", ("tiresias",)),
+    "discretization": ("order", ("tiresias",)), "prior": ("order", ("tiresias",)),
+    "sticky": ("order", ("fifo",)), "max_partners": ("order", ("gandiva",)),
+}
+
+
 def allocate(
     inst: Instance,
     policy: str = "fifo",

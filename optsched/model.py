@@ -317,7 +317,7 @@ def _check_job(i: int, j: "Job", ids: set[str], types: set[str], gpus: dict[str,
         raise ValueError(f"jobs[{i}].throughput: job {j.id!r} has no positive throughput on any GPU type")
     if not any(j.scale_factor <= gpus[t] for t, x in j.throughput.items() if x > 0):
         raise ValueError(
-            f"jobs[{i}].scale_factor: job {j.id!r} needs {j.scale_factor} GPUs, more than any "
+            f"jobs[{i}].scale_factor: job {j.id!r} needs {j.scale_factor} GPU{'s' if j.scale_factor != 1 else ''}, more than any "
             f"type it can run on has"
         )
     if j.steps_total is not None and j.steps_done > j.steps_total:

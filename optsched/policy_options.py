@@ -10,7 +10,9 @@ that the policy's name fixes:
   ``time_limit``);
 - options the registry sets for the name (``order`` of ``fifo``, ``agnostic``
   of ``*_agnostic``, ``discretization`` of ``tiresias_gittins``, ...): another
-  value would be another policy.
+  value would be another policy;
+- options the module declares meaningful only under other fixed values
+  (``OPTIONS_ONLY_FOR``: Tiresias's ``thresholds`` are not an option of ``fifo``).
 
 A value is read by the type of the parameter's default: ``true/false`` (also
 1/0, yes/no) for a flag, an integer, a finite number, comma-separated numbers
@@ -43,10 +45,13 @@ def accepted_options(policy: str) -> dict[str, object]:
 
     mod, fixed = _module(policy)
     fn = getattr(mod, "build", None) or getattr(mod, "allocate")
+    only = getattr(mod, "OPTIONS_ONLY_FOR", {})  # {key: (fixed option, values it applies under)}
     out = {}
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.name in PLUMBING | API_ONLY or p.name in fixed:
             continue
+        if p.name in only and fixed.get(only[p.name][0]) not in only[p.name][1]:
+            continue  # e.g. Tiresias's thresholds under fifo: ignored there, so not an option of fifo
         out[p.name] = None if p.default is inspect.Parameter.empty else p.default
     return out
 

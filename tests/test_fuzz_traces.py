@@ -186,3 +186,19 @@ def test_convert_warns_or_refuses_what_the_target_cannot_carry(tmp_path, peer_da
     res = invoke(["trace", "generate", str(tmp_path / "x.trace.gz"), "--jobs", "5"])
     assert res.exit_code == 0
     assert len(read_trace(tmp_path / "x.trace.gz")) == 5
+
+
+def test_generate_from_a_given_table_does_not_warn_about_the_default_one(tmp_path, peer_data):
+    """`trace generate --throughputs T` draws job types from T: warning that they are not in
+    the built-in table (as it did) reads like an error; without --throughputs, nothing to warn."""
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+
+    table = peer_data / "gavel" / "simulation_throughputs.json"
+    r = CliRunner()
+    res = r.invoke(app, ["trace", "generate", str(tmp_path / "g.trace"), "--jobs", "40", "--rate", "30",
+                         "--throughputs", str(table)])
+    assert res.exit_code == 0 and "writer" not in res.stderr, res.stderr
+    res = r.invoke(app, ["trace", "generate", str(tmp_path / "d.trace"), "--jobs", "40"])
+    assert res.exit_code == 0 and "writer" not in res.stderr, res.stderr

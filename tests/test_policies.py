@@ -485,3 +485,21 @@ def test_bad_entity_weight_and_price_are_rejected():
     snap["cluster"]["price_per_hour"] = {"a100": 1.0}
     with pytest.raises(OptschedError, match="price_per_hour: unknown GPU type 'a100'"):
         parse_snapshot(snap)
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_finish_time_fairness_with_a_finished_job_warns_nothing(packing):
+    """A job with steps_done == steps_total has nothing left (0/0 in its ρ): masked, not a
+    numpy RuntimeWarning on stderr before the output (a one-line error became three)."""
+    import warnings
+
+    import optsched
+
+    snap = {"cluster": {"gpus": {"v100": 1}}, "jobs": [
+        {"id": "a", "throughput": {"v100": 1}, "steps_total": 5},
+        {"id": "b", "throughput": {"v100": 1}, "steps_total": 1, "steps_done": 1,
+         **({"colocated": {"a": {"v100": [0.8, 0.8]}}} if packing else {})}]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        alloc = optsched.solve(optsched.parse_snapshot(snap), "finish_time_fairness", packing=packing)
+    assert alloc.status == "optimal" and np.isfinite(alloc.objective)

@@ -141,3 +141,20 @@ def test_readme_block(block: Block, workdir: Path):
     res = _run(["bash", "-c", script], workdir)
     assert res.returncode == 0, f"{where}:\n{block.body}\n--- stderr:\n{res.stderr[-3000:]}"
     assert "Traceback" not in res.stderr, f"{where}\n{res.stderr[-3000:]}"
+
+
+SNAPSHOT_BLOCKS = [b for b in extract_blocks(README.read_text()) if b.lang == "json" and '"cluster"' in b.body and '"jobs"' in b.body]
+
+
+@pytest.mark.parametrize("block", SNAPSHOT_BLOCKS, ids=[f"L{b.line}-snapshot" for b in SNAPSHOT_BLOCKS])
+def test_readme_snapshot_examples_are_valid(block: Block):
+    """A JSON block shaped like a snapshot is one ``optsched solve`` accepts (the
+    documented example once broke its own rule that servers add up to ``gpus``)."""
+    from optsched.model import parse_snapshot
+
+    snap = parse_snapshot(block.body)
+    assert snap.jobs, f"README.md line {block.line}: a snapshot example without jobs"
+
+
+def test_readme_has_a_snapshot_example():
+    assert SNAPSHOT_BLOCKS

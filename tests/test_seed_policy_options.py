@@ -19,9 +19,9 @@ from optsched.policy_options import accepted_options, parse_policy_options
 def test_values_are_parsed_by_the_defaults_type():
     assert parse_policy_options("lucid", ["ageing=true", "age_seconds=60", "profile_gpus=4"]) == {
         "ageing": True, "age_seconds": 60.0, "profile_gpus": 4}
-    assert parse_policy_options("tiresias", ["thresholds=100, 200", "sticky=no"]) == {
-        "thresholds": (100.0, 200.0), "sticky": False}
-    assert parse_policy_options(["fifo", "las"], ["starvation_factor=2"]) == {"starvation_factor": 2.0}
+    assert parse_policy_options("tiresias", ["thresholds=100, 200"]) == {"thresholds": (100.0, 200.0)}
+    assert parse_policy_options("fifo", ["sticky=no"]) == {"sticky": False}
+    assert parse_policy_options(["tiresias", "tiresias_gittins"], ["starvation_factor=2"]) == {"starvation_factor": 2.0}
     assert parse_policy_options("max_min_fairness", []) == {}
 
 
@@ -45,7 +45,12 @@ def test_fixed_and_api_only_keys_are_not_offered():
     ("allox", "alpha=2", "alpha='2'"),
     ("fifo", "order=las", "unknown key 'order' for policy fifo"),
     ("optimus", "x=1", "unknown key 'x' for policy optimus"),
-    ("fifo", "max_partners=[1,2]", "max_partners='[1,2]': expected a number or true/false"),
+    ("gandiva_fifo", "max_partners=[1,2]", "max_partners='[1,2]': expected a number or true/false"),
+    # Options another order uses are not fifo's (they were accepted and ignored).
+    ("fifo", "thresholds=1,2", "unknown key 'thresholds' for policy fifo"),
+    ("las", "starvation_factor=2", "unknown key 'starvation_factor' for policy las"),
+    ("fifo", "max_partners=2", "unknown key 'max_partners' for policy fifo"),
+    ("tiresias", "sticky=true", "unknown key 'sticky' for policy tiresias"),
     ("max_min_fairness_water_filling", "weights=2", "unknown key 'weights'"),
     ("tiresias_gittins", "prior=/no/such.csv", "prior='/no/such.csv': no such file"),
 ])

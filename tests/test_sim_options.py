@@ -176,7 +176,7 @@ def test_option_is_honoured_or_refused_by_name(traces, kind, option, tmp_path):
 
 
 def _refusal_args(option):
-    return {"--throughputs": ["--throughputs", "GAVEL"], "--load-factor": ["--load-factor", "3"],
+    return {"--throughputs": ["--throughputs", "GAVEL"], "--load-factor": ["--load-factor", "2"],  # even the default value, given, needs --admission load
             "--packing": ["--packing"]}[option]
 
 

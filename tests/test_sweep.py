@@ -140,3 +140,16 @@ def test_cli_sweep_and_errors(tmp_path):
         assert r.exit_code == 2, (args, r.output)
         assert msg in r.output and "Traceback" not in r.output, (args, r.output)
     assert not (tmp_path / "e" / "runs").exists() or not any((tmp_path / "e" / "runs").iterdir())
+
+
+def test_cli_sweep_exits_1_when_a_run_fails_after_writing_everything(tmp_path, peer_data):
+    """A run that fails on its own (jobs its cluster can never run) is reported and the
+    sweep exits 1 once the table is written (it exited 0, so a script could not tell)."""
+    trace = str(peer_data / "tiresias" / "60_job.csv")
+    base = ["sweep", trace, "--policies", "fifo", "--loads", "1", "--seeds", "0", "--jobs", "20",
+            "--cluster", "v100=1,p100=1,k80=1", "--executor", "serial"]
+    r = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "f")])
+    assert r.exit_code == 1, r.output
+    assert "can never run" in r.stderr and (tmp_path / "f" / "results.csv").exists()
+    r = CliRunner().invoke(app, [*base, "--set", "skip_unrunnable=true", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output

@@ -73,10 +73,12 @@ def read_trace(path: str | os.PathLike, format: str | None = None, **options) ->
 NOT_TRACE_SUFFIXES = (".parquet", ".pq", ".feather", ".arrow", ".json", ".xlsx", ".npz", ".pkl")
 
 
-def write_trace(trace: Trace, path: str | os.PathLike, format: str) -> list[str]:
+def write_trace(trace: Trace, path: str | os.PathLike, format: str, table=None) -> list[str]:
     """Write ``trace`` as ``format``. Refuses (OptschedError) what the target
     format cannot carry in a form the simulator reads back; warns (logged, and
-    returned) about what it drops. Returns the warnings."""
+    returned) about what it drops. ``table``: the throughput table the user
+    gave (``--throughputs``), against which a Gavel trace's job types are
+    checked (default: the built-in one). Returns the warnings."""
     p = Path(path)
     if p.suffix.lower() in NOT_TRACE_SUFFIXES:
         raise OptschedError(
@@ -95,13 +97,13 @@ def write_trace(trace: Trace, path: str | os.PathLike, format: str) -> list[str]
     else:
         raise OptschedError(f"--format: unknown trace format {format!r} (choose from {', '.join(FORMATS)})")
     writer(trace, path)
-    warnings = _conversion_warnings(trace, format)
+    warnings = _conversion_warnings(trace, format, table)
     for w in warnings:  # after the write: a refused trace gets its one error line, no warnings before it
         logging.getLogger("optsched.traces").warning(w)
     return warnings
 
 
-def _conversion_warnings(trace: Trace, format: str) -> list[str]:
+def _conversion_warnings(trace: Trace, format: str, table=None) -> list[str]:
     """What ``format`` drops from ``trace`` (refusals are raised by the writers)."""
     j = trace.jobs
     out: list[str] = []
@@ -110,11 +112,14 @@ def _conversion_warnings(trace: Trace, format: str) -> list[str]:
     if format == "gavel":
         from optsched.traces.throughputs import default_throughputs
 
-        table = default_throughputs()
+        given = table is not None
+        table = table if given else default_throughputs()
         unknown = sorted({m for m in j["model"] if m and not table.has_model(m)})
         if unknown:
             shown = ", ".join(unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
-            out.append(f"gavel writer: job types {shown} are not in the default throughput table: "
+            out.append(f"gavel writer: job types {shown} are not in the given --throughputs table: simulate needs a "
+                       "table that has them" if given else
+                       f"gavel writer: job types {shown} are not in the default throughput table: "
                        "simulate needs --throughputs with a table that has them")
         if j["duration"].notna().any() and trace.speed == "duration":
             out.append("gavel writer: the trace's durations (its job speeds) are dropped: Gavel traces take "

@@ -55,7 +55,7 @@ def run_command(
     if trace is None:
         trace = example_trace_path(tempfile.mkdtemp(prefix="optsched-example-"))
     if not Path(trace).exists():
-        raise FileNotFoundError(2, "No such file", trace)
+        raise OptschedError(f"trace {trace}: no such file")
     from optsched.cli.limits import check_run_options
 
     check_run_options(round_length, grace, step_scale, max_time, seed)

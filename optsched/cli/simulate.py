@@ -197,7 +197,7 @@ COMMON = dict(
     every=typer.Option(None, "--recompute-every", help="Recompute the allocation at least every K rounds (default: on arrivals/completions; every round for pollux, sia, tiresias, las, fifo, srtf, gandiva)."),
     overhead=typer.Option(None, "--restart-overhead", help="Seconds lost when a job (re)starts, moves or resizes, or 'application' (default: 0; elastic jobs 30 s, per application on Sia's types)."),
     admission=typer.Option("accept-all", "--admission", help="accept-all | load"),
-    load_factor=typer.Option(2.0, "--load-factor", help="With --admission load: admit while GPU demand <= this × GPUs."),
+    load_factor=typer.Option(None, "--load-factor", help="With --admission load: admit while GPU demand <= this × GPUs (default 2)."),
     window=typer.Option(None, "--window", help="Steady-state window START:END of job indices; stop when it completes."),
     sample=typer.Option(None, "--sample", help="Use only N jobs (Philly: a seeded sample; others: the first N)."),
     skip=typer.Option(False, "--skip-unrunnable", help="Drop jobs the cluster can never run (counted) instead of failing."),
@@ -283,7 +283,7 @@ def simulate(
     recompute_every: Optional[int] = COMMON["every"],
     restart_overhead: Optional[str] = COMMON["overhead"],
     admission: str = COMMON["admission"],
-    load_factor: float = COMMON["load_factor"],
+    load_factor: Optional[float] = COMMON["load_factor"],
     window: Optional[str] = COMMON["window"],
     sample: Optional[int] = COMMON["sample"],
     skip_unrunnable: bool = COMMON["skip"],
@@ -361,7 +361,7 @@ def compare(
     recompute_every: Optional[int] = COMMON["every"],
     restart_overhead: Optional[str] = COMMON["overhead"],
     admission: str = COMMON["admission"],
-    load_factor: float = COMMON["load_factor"],
+    load_factor: Optional[float] = COMMON["load_factor"],
     window: Optional[str] = COMMON["window"],
     sample: Optional[int] = COMMON["sample"],
     skip_unrunnable: bool = COMMON["skip"],
@@ -474,7 +474,7 @@ def trace_convert(
         tr = assign_models(tr, table, seed)
     if to in DURATION_FORMATS:
         tr = with_durations(tr, table)  # as `trace generate` relates them: steps = duration × v100 speed
-    write_trace(tr, output, to)
+    write_trace(tr, output, to, table if throughputs else None)
     console.print(f"wrote {len(tr)} jobs to {escape(str(output))} ({to})", highlight=False)
 
 
@@ -500,5 +500,5 @@ def trace_generate(
 
     table = read_throughputs(throughputs) if throughputs else default_throughputs()
     tr = generate_gavel(table, jobs, rate, seed=seed, multi_gpu=multi_gpu)
-    write_trace(tr, output, to)
+    write_trace(tr, output, to, table if throughputs else None)
     console.print(f"wrote {len(tr)} jobs to {escape(str(output))} ({to})", highlight=False)

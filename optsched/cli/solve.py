@@ -49,6 +49,8 @@ def solve(
         text = example_snapshot_text()
     elif str(snapshot) == "-":
         text = sys.stdin.buffer.read()  # bytes: parse_snapshot names a bad encoding in one line
+    elif not snapshot.exists():
+        raise OptschedError(f"snapshot {snapshot}: no such file")
     else:
         text = snapshot.read_bytes()
     t_parse = time.perf_counter()

@@ -142,3 +142,5 @@ def sweep(
         console.print(tab)
     console.print(f"wrote {out}/ (results.parquet, results.csv, jobs.parquet, rounds.parquet, sweep.json, runs/)",
                   highlight=False)
+    if len(t) and res.total - ok:
+        raise typer.Exit(1)  # everything is written; a script still learns that runs failed

@@ -225,7 +225,7 @@ class Runtime:
             raise OptschedError(f"--slot-speed: unknown slot type {unknown[0]!r} (cluster has {', '.join(self.types)})")
         for j in jobs:
             if not any(j.scale_factor <= c for c in self.cluster.gpus.values()):
-                raise OptschedError(f"job {j.job_id}: needs {j.scale_factor} slots, more than any type has "
+                raise OptschedError(f"job {j.job_id}: needs {j.scale_factor} slot{'s' if j.scale_factor != 1 else ''}, more than any type has "
                                     f"({', '.join(f'{t}={c}' for t, c in self.cluster.gpus.items())})")
         self.jobs = sorted(jobs, key=lambda j: j.arrival_time)
         self.state = {j.job_id: _JobState(j) for j in self.jobs}

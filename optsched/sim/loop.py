@@ -86,7 +86,7 @@ class SimConfig:
     recompute_every: int | None = None  # None: 1 for PER_ROUND_POLICIES, else only on arrivals/completions
     restart_overhead: float | str | None = None  # None: 0 for rigid jobs, 30 s (one type) or per application (Sia's types) for elastic ones; "application": per application
     admission: str = "accept-all"
-    load_factor: float = 2.0
+    load_factor: float | None = None  # None: 2.0; given at all, it needs admission="load"
     placement: str = "consolidated"
     solver: str = "auto"
     time_limit: float = 60.0
@@ -111,7 +111,7 @@ class SimConfig:
         check_sim_options(self.__dict__, elastic)
         if self.admission not in ADMISSION:
             raise OptschedError(f"--admission: unknown {self.admission!r} (choose from {', '.join(ADMISSION)})")
-        if self.load_factor != 2.0 and self.admission != "load":
+        if self.load_factor is not None and self.admission != "load":
             raise OptschedError("--load-factor: applies only with --admission load")
         if not self.time_limit > 0:
             raise OptschedError(f"--time-limit: must be positive, got {self.time_limit:g}")
@@ -224,7 +224,7 @@ def simulate_jobs(
 
     while True:
         # --- admission ---
-        admit(ls, jobs, config.admission, config.load_factor, total_gpus)
+        admit(ls, jobs, config.admission, 2.0 if config.load_factor is None else config.load_factor, total_gpus)
         if ls.window_left == 0 or (ls.next_arrival >= n and not ls.active and not ls.waiting):
             break
         if config.max_time is not None and ls.now >= config.max_time:
