@@ -48,8 +48,66 @@ class OptschedError(ValueError):
 # --------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _numeric_leaves(annotation) -> str | None:
+    """"whole" / "number" when every leaf of ``annotation`` is an int / a number
+    (None, containers and dict keys aside); None when any leaf is text, a model, a flag."""
+    import types
+    import typing
+
+    if annotation is type(None) or annotation is Ellipsis:
+        return "none"
+    if annotation is int:
+        return "whole"
+    if annotation is float:
+        return "number"
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is dict:
+        args = args[1:]  # the keys are names
+    elif origin not in (list, tuple, typing.Union, types.UnionType):
+        return None
+    kinds = {_numeric_leaves(a) for a in args} - {"none"}
+    if not kinds or None in kinds:
+        return None
+    return "whole" if kinds == {"whole"} else "number"
+
+
+class NumbersAreNumbers(BaseModel):
+    """A number written as true or "4" is a mistake, not 1 or 4 (pydantic's lax mode
+    converts both): every field whose values are numbers refuses flags and text.
+    (Snapshots parsed from JSON text take a strict fast path; this is the check
+    on the reference path and on every other body.)"""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, v, info):
+        kind = _numeric_leaves(cls.model_fields[info.field_name].annotation)
+        if kind is not None:
+            found = _flag_or_text(v, info.field_name)
+            if found is not None:
+                where, bad = found
+                what = "a whole number" if kind == "whole" else "a number"
+                where = "" if where == info.field_name else f"{where} "  # (a scalar: the location names it)
+                raise ValueError(f"{where}must be {what}, not {type(bad).__name__} ({bad!r})")
+        return v
+
+
+def _flag_or_text(v, where: str, depth: int = 0) -> tuple[str, Any] | None:
+    """(path, value) of the first bool or str among the values of ``v`` (dict values,
+    list items; the path as gpus['v100'], colocated['b']['v100'][1]), else None."""
+    if isinstance(v, (bool, str)):
+        return where, v
+    if depth >= 4:
+        return None
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else ()
+    for key, x in items:
+        found = _flag_or_text(x, f"{where}[{key!r}]", depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+class _Strict(NumbersAreNumbers):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite (README)
 
 
 class Server(_Strict):
@@ -70,17 +128,6 @@ class Cluster(_Strict):
         default=None, description="Optional $/GPU-hour per type (cost-aware policies)."
     )
 
-    @field_validator("gpus", mode="before")
-    @classmethod
-    def _counts_are_numbers(cls, v):
-        """A count written as true or "4" is a mistake, not 1 or 4 GPUs (pydantic's lax
-        mode would convert both); numbers of any numeric type pass on."""
-        if isinstance(v, dict):
-            for t, c in v.items():
-                if isinstance(c, (bool, str)):
-                    raise ValueError(f"gpus[{t!r}] must be a whole number, not {type(c).__name__} ({c!r})")
-        return v
-
     @field_validator("gpus")
     @classmethod
     def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
@@ -98,6 +145,9 @@ class Cluster(_Strict):
 
     @model_validator(mode="after")
     def _servers_match(self) -> "Cluster":
+        if self.servers is not None and not self.servers and any(c > 0 for c in self.gpus.values()):
+            raise ValueError("servers: an empty list, but the cluster has GPUs; list the servers of every type "
+                             "or omit `servers` (placement then synthesizes them)")
         if self.servers:
             ids = [s.id for s in self.servers]
             if len(set(ids)) != len(ids):
@@ -366,9 +416,9 @@ def _check_colocated(i: int, job: "Job", ids: set[str], types: set[str]) -> None
         for t, rates in per_type.items():
             if t not in types:
                 raise ValueError(f"jobs[{i}].colocated[{other!r}]: unknown GPU type {t!r}")
-            if not all(math.isfinite(r) and 0 <= r <= MAX_THROUGHPUT for r in rates):
-                raise ValueError(f"jobs[{i}].colocated[{other!r}][{t!r}]: rates must be finite, >= 0 and <= "
-                                 f"{MAX_THROUGHPUT:g} ({list(rates)})")
+            if not all(math.isfinite(r) and (r == 0 or MIN_THROUGHPUT <= r <= MAX_THROUGHPUT) for r in rates):
+                raise ValueError(f"jobs[{i}].colocated[{other!r}][{t!r}]: rates must be finite: 0 or between "
+                                 f"{MIN_THROUGHPUT:g} and {MAX_THROUGHPUT:g} steps/s ({list(rates)})")
 
 
 class GpuSlot(_Strict):
@@ -468,7 +518,7 @@ def _parse_json_fast(data: str | bytes) -> Snapshot | None:
         return None
     try:
         with gc_paused():
-            snap = validator.validate_json(data)
+            snap = validator.validate_json(data, strict=True)
     except Exception:  # a JSON syntax error, a validation error, anything: the reference path names it
         return None
     vals = np.fromiter(chain.from_iterable(j.throughput.values() for j in snap.jobs), dtype=float)
@@ -498,7 +548,8 @@ def _fast_validator() -> SchemaValidator | None:
     every string, which also makes pydantic turn the parsed JSON into Python objects
     first) and Job._finite_non_negative (a Python call per job); None if this
     pydantic's schema does not have them where expected (then no fast path)."""
-    skip = {Snapshot._text_is_unicode.__func__, Job._finite_non_negative.__func__}
+    skip = {Snapshot._text_is_unicode.__func__, Job._finite_non_negative.__func__,
+            NumbersAreNumbers._numbers_are_numbers.__func__}  # (strict=True below refuses flags and text)
     found: set = set()
 
     def strip(node):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 
 import numpy as np
@@ -130,6 +131,18 @@ def _sibling_warm(first: Allocation, types) -> tuple | None:
     return np.array([prices.get(t, 0.0) for t in types]), float(first.objective), SIBLING_SLACKS
 
 
+def _in_snapshot_terms(solve, group: np.ndarray) -> Allocation:
+    """``solve()``, with a group's ``jobs[i]`` in an error renamed to the job's index in
+    the full instance (a user fixes the snapshot, not a sub-problem they never saw)."""
+    try:
+        return solve()
+    except OptschedError as e:
+        msg = re.sub(r"jobs\[(\d+)\]", lambda m: f"jobs[{int(group[int(m.group(1))])}]"
+                     if int(m.group(1)) < len(group) else m.group(0), str(e))
+        e.args = (msg, *e.args[1:])
+        raise
+
+
 def solve_partitioned(
     inst: Instance, policy: str, partitions: int, solver: str = "auto", time_limit: float = 60.0,
     seed: int = 0, workers: int | None = None, **options,
@@ -144,7 +157,7 @@ def solve_partitioned(
     groups = partition(inst, k, seed)
     tasks = [(sub_instance(inst, g, k), policy, solver, time_limit, options, None) for g in groups]
     # The first partition alone, then the rest warm from its prices (see SIBLING_SLACKS).
-    parts = [_solve_one(tasks[0])]
+    parts = [_in_snapshot_terms(lambda: _solve_one(tasks[0]), groups[0])]
     warm = _sibling_warm(parts[0], inst.gpu_types) if family == "min" else None  # max-min: objective = level z
     rest = [(*t[:-1], warm) for t in tasks[1:]]
     workers = min(len(rest), workers or os.cpu_count() or 1)
@@ -152,9 +165,10 @@ def solve_partitioned(
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            parts += list(pool.map(_solve_one, rest))
+            futures = [pool.submit(_solve_one, t) for t in rest]
+            parts += [_in_snapshot_terms(f.result, g) for f, g in zip(futures, groups[1:])]
     else:
-        parts += [_solve_one(t) for t in rest]
+        parts += [_in_snapshot_terms(lambda t=t: _solve_one(t), g) for t, g in zip(rest, groups[1:])]
     X = np.zeros((inst.n, inst.k))
     for g, a in zip(groups, parts):
         X[g] = a.fractions

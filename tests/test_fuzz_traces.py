@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -202,3 +203,16 @@ def test_generate_from_a_given_table_does_not_warn_about_the_default_one(tmp_pat
     assert res.exit_code == 0 and "writer" not in res.stderr, res.stderr
     res = r.invoke(app, ["trace", "generate", str(tmp_path / "d.trace"), "--jobs", "40"])
     assert res.exit_code == 0 and "writer" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("fmt,header,row", [
+    ("tiresias", "job_id,num_gpu,submit_time,iterations,model_name,duration,interval,duration",
+     "0,1,0,100,vgg19,100,30,5000"),
+    ("pollux", "name,time,application,num_replicas,batch_size,time", "j0,0,cifar10,1,128,50"),
+])
+def test_a_repeated_column_is_refused_not_read_first_copy_wins(tmp_path, fmt, header, row):
+    """pandas renames a repeated header cell ("duration.1"), so the first copy silently won."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"{header}\n{row}\n")
+    with pytest.raises(OptschedError, match=r"duplicate column '(duration|time)' in the header"):
+        read_trace(path, fmt)

@@ -78,6 +78,8 @@ def test_conflicting_pair_views_are_rejected():
         ({"a": {"v100": [1.0, 1.0]}}, r"jobs\[0\]\.colocated: job 'a' cannot be packed with itself"),
         ({"b": {"a100": [1.0, 1.0]}}, r"jobs\[0\]\.colocated\['b'\]: unknown GPU type 'a100'"),
         ({"b": {"v100": [-1.0, 1.0]}}, r"jobs\[0\]\.colocated\['b'\]\['v100'\]: rates must be finite"),
+        # A tiny positive rate is outside the documented range, like a throughput (5e-324 was solved).
+        ({"b": {"v100": [5e-324, 1.0]}}, r"jobs\[0\]\.colocated\['b'\]\['v100'\]: rates must be finite: 0 or between"),
     ],
 )
 def test_pair_throughput_for_unknown_jobs_or_types_is_a_one_line_error(colocated, message):

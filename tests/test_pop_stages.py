@@ -154,3 +154,18 @@ def test_no_jobs_is_the_exact_solve_in_every_entry_point(pop_calls):
     s = Session.create({"cluster": workload.CLUSTER, "partitions": 3})
     assert s.next_round()["allocation_status"] == alloc.status
     assert pop_calls == []
+
+
+@pytest.mark.parametrize("bad", range(5))
+def test_a_groups_error_names_the_job_by_its_index_in_the_snapshot(bad):
+    """A policy error inside a POP group named the job's position in its group
+    (jobs[1] for the snapshot's jobs[3]); it names the snapshot's index."""
+    from optsched.model import parse_snapshot
+
+    jobs = [{"id": f"j{i}", "throughput": {"v100": 1.0 + i}, **({} if i == bad else {"steps_total": 10})}
+            for i in range(5)]
+    from optsched.model import Instance
+
+    inst = Instance.from_snapshot(parse_snapshot({"cluster": {"gpus": {"v100": 2}}, "jobs": jobs}))
+    with pytest.raises(OptschedError, match=rf"^jobs\[{bad}\]\.steps_total: .*job 'j{bad}'"):
+        pop.solve_partitioned(inst, "makespan", 2)

@@ -272,6 +272,13 @@ def test_oversize_malformed_and_unknown_get_the_right_4xx(secure):
     assert r.status_code == 422 and r.json()["field"] == "policy"
     r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": snapshot(), "time_limit": -1}, headers=h)
     assert r.status_code == 422 and r.json()["field"] == "time_limit"
+    # A policy's error about a job is located in the request body: under snapshot, like a parse error.
+    no_steps = {"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1.0}, "steps_total": 9},
+                                                           {"id": "b", "throughput": {"v100": 1.0}}]}
+    for partitions in (1, 2):
+        r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": no_steps, "policy": "makespan",
+                                                       "partitions": partitions}, headers=h)
+        assert r.status_code == 422 and r.json()["field"] == "snapshot.jobs[1].steps_total", r.json()
     r = httpx.post(f"{secure.url}/v1/sessions/unknown/rounds", json={}, headers=h)
     assert r.status_code == 404 and "unknown" in r.json()["detail"]
     r = httpx.get(f"{secure.url}/v1/sessions/unknown", headers=h)
@@ -282,6 +289,13 @@ def test_oversize_malformed_and_unknown_get_the_right_4xx(secure):
     assert r.status_code == 422 and "limit of 50" in r.json()["detail"]
     r = httpx.post(f"{secure.url}/v1/sessions", headers=h, json={"cluster": {"gpus": {"v100": 4}}, "bogus": 1})
     assert r.status_code == 422 and r.json()["field"] == "bogus"
+    # A flag or text where a number belongs is refused, not converted (true ran as 1 s, "4" as 4).
+    r = httpx.post(f"{secure.url}/v1/sessions", headers=h, json={"cluster": {"gpus": {"v100": 4}}, "time_limit": True})
+    assert r.status_code == 422 and r.json()["field"] == "time_limit", r.json()
+    s.submit([{"id": "w", "throughput": {"v100": 1.0}}])
+    for body in ({"weight": "4"}, {"steps_total": True}):
+        r = httpx.patch(f"{secure.url}/v1/sessions/{s.id}/jobs/w", headers=h, json=body)
+        assert r.status_code == 422 and r.json()["field"] == next(iter(body)), r.json()
     for r in (httpx.post(f"{secure.url}/v1/sessions/{s.id}/progress", headers=h, content=b"[]"),
               httpx.patch(f"{secure.url}/v1/sessions/{s.id}/jobs/x", headers=h, json={"weight": 0})):
         assert r.status_code in (404, 422) and "Traceback" not in r.text

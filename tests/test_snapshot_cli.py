@@ -80,6 +80,23 @@ BAD = {
     "huge_weight": (_mutate(lambda s: s["jobs"][0].update(weight=1e308)), "jobs[0].weight"),
     "gpus_true": (_mutate(lambda s: s["cluster"]["gpus"].update(v100=True)), "gpus['v100'] must be a whole number"),
     "gpus_text": (_mutate(lambda s: s["cluster"]["gpus"].update(v100="4")), "gpus['v100'] must be a whole number"),
+    # Every number, not only a GPU count: a flag or text is refused, not converted (scale_factor "2" ran as 2).
+    "scale_factor_text": (_mutate(lambda s: s["jobs"][0].update(scale_factor="2")),
+                          "jobs[0].scale_factor: must be a whole number, not str"),
+    "scale_factor_true": (_mutate(lambda s: s["jobs"][0].update(scale_factor=True)),
+                          "jobs[0].scale_factor: must be a whole number, not bool"),
+    "weight_true": (_mutate(lambda s: s["jobs"][0].update(weight=True)), "jobs[0].weight: must be a number, not bool"),
+    "throughput_text": (_mutate(lambda s: s["jobs"][0]["throughput"].update(v100="2")),
+                        "jobs[0].throughput: throughput['v100'] must be a number, not str"),
+    "elapsed_text": (_mutate(lambda s: s["jobs"][0].update(elapsed_time="4")), "jobs[0].elapsed_time: must be a number"),
+    "service_false": (_mutate(lambda s: s["jobs"][0].update(attained_service=False)),
+                      "jobs[0].attained_service: must be a number, not bool"),
+    "server_gpus_text": (_mutate(lambda s: s["cluster"].update(servers=[{"id": "n0", "gpu_type": t, "gpus": "4"}
+                                                                        for t in s["cluster"]["gpus"]])),
+                         "cluster.servers[0].gpus: must be a whole number, not str"),
+    "servers_empty": (_mutate(lambda s: s["cluster"].update(servers=[])), "cluster: servers: an empty list"),
+    "nan_prior_allocation": ('{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1}}], '
+                             '"prior_allocation": {"a": {"v100": NaN}}}', "prior_allocation.a.v100"),
     "huge_integer": ('{"version": 1, "cluster": {"gpus": {"v100": ' + "9" * 5000 + '}}, "jobs": []}', "4,300 digits"),
     "done_past_total": (_mutate(lambda s: s["jobs"][1].update(steps_total=100, steps_done=200)),
                         "jobs[1].steps_done: 200 exceeds steps_total 100"),

@@ -76,9 +76,9 @@ def reference_job_checks(snap_dict: dict) -> str | None:
             for t, rates in per_type.items():
                 if t not in types:
                     return f"jobs[{i}].colocated[{other!r}]: unknown GPU type {t!r}"
-                if not all(math.isfinite(r) and 0 <= r <= 1e15 for r in rates):
-                    return (f"jobs[{i}].colocated[{other!r}][{t!r}]: rates must be finite, >= 0 and <= 1e+15 "
-                            f"({list(rates)})")
+                if not all(math.isfinite(r) and (r == 0 or 1e-12 <= r <= 1e15) for r in rates):
+                    return (f"jobs[{i}].colocated[{other!r}][{t!r}]: rates must be finite: 0 or between 1e-12 and "
+                            f"1e+15 steps/s ({list(rates)})")
         for t in (j.goodput.perf_params if j.goodput else {}):
             if t not in types:
                 return f"jobs[{i}].goodput.perf_params: unknown GPU type {t!r}"

@@ -60,8 +60,13 @@ def read_csv_checked(path: str | os.PathLike, required: tuple[str, ...], fmt: st
         raise OptschedError(f"{where}: {(str(e).splitlines() or ['malformed CSV'])[0]}") from None
     df.columns = [str(c).strip() for c in df.columns]
     header = ", ".join(repr(c)[:40] for c in df.columns[:12]) + (" ..." if len(df.columns) > 12 else "")
-    if len(set(df.columns)) != len(df.columns):
-        raise OptschedError(f"{where}: duplicate column names in the header ({header})")
+    import csv
+
+    raw = [c.strip() for c in next(csv.reader(io.StringIO(text), skipinitialspace=True), [])]
+    dup = next((c for i, c in enumerate(raw) if c in raw[:i]), None)  # (pandas renames a repeat to "c.1")
+    if dup is not None or len(set(df.columns)) != len(df.columns):
+        shown = ", ".join(repr(c)[:40] for c in raw[:12]) + (" ..." if len(raw) > 12 else "")
+        raise OptschedError(f"{where}: duplicate column {dup!r} in the header ({shown})")
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise OptschedError(f"{where}: missing column(s) {', '.join(missing)} (header has {header})")

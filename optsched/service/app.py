@@ -154,7 +154,8 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # a body that is not JSON
-            return _error(422, "body: cannot be parsed (send JSON with Content-Type: application/json)", "body")
+            return _error(422, "body: cannot be parsed as JSON (malformed or nested too deeply; send JSON with "
+                          "Content-Type: application/json)", "body")
         return _error(exc.status_code, str(exc.detail), None, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
@@ -310,8 +311,13 @@ def _solve(req: SolveRequest, limits: Limits) -> dict:
     t0 = time.perf_counter()
     options = {"packing": True} if req.packing else {}
     # workers=1: no process pool forked from the server's threads.
-    alloc = solve_maybe_partitioned(Instance.from_snapshot(req.snapshot), req.policy, req.partitions,
-                                    req.solver, min(req.time_limit, limits.max_time_limit), workers=1, **options)
+    try:
+        alloc = solve_maybe_partitioned(Instance.from_snapshot(req.snapshot), req.policy, req.partitions,
+                                        req.solver, min(req.time_limit, limits.max_time_limit), workers=1, **options)
+    except OptschedError as e:  # a policy names jobs[i] / cluster...: in this body they are under snapshot
+        if str(e).startswith(("jobs", "cluster")):
+            e.args = (f"snapshot.{e}", *e.args[1:])
+        raise
     out = alloc.to_dict()
     if req.placement:
         from optsched.allocator import Allocator

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from optsched.model import Cluster, GoodputSpec, Snapshot
+from optsched.model import Cluster, GoodputSpec, NumbersAreNumbers, Snapshot
 
 ID_PATTERN = r"^[A-Za-z0-9_.:@+\-]{1,128}$"
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
@@ -46,7 +46,7 @@ class Limits:
     max_sessions_cached: int = 256  # sessions kept in memory (the rest load from the database on use)
 
 
-class _Body(BaseModel):
+class _Body(NumbersAreNumbers):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
@@ -197,7 +197,7 @@ class ProgressReport(_Body):
         description="Seconds the job actually ran in the last round (e.g. it finished early); default: the whole "
         "round. Only for a job that ran in the last round.")
     throughput: float | None = Field(
-        default=None, gt=0, le=1e12,
+        default=None, ge=1e-12, le=1e12,  # the snapshot's range (model.MIN_THROUGHPUT): 1e-300 was stored
         description="Observed steps/s at its scale factor on the GPU type it ran on in the last round: replaces the "
         "job's throughput on that type at the next recomputation.")
     iterations: list[Iteration] | None = Field(default=None, max_length=4096,
