@@ -71,24 +71,54 @@ def _numeric_leaves(annotation) -> str | None:
     return "whole" if kinds == {"whole"} else "number"
 
 
+class FieldError(ValueError):
+    """A model validator's error about one of its fields: error formatting puts
+    ``field`` into the location (jobs[0] + scale_factor = jobs[0].scale_factor)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+@functools.cache
+def _numeric_fields(cls) -> dict[str, str]:
+    """{name: "whole" | "number"} of every field of ``cls`` whose values are numbers."""
+    out = {}
+    for name, f in cls.model_fields.items():
+        kind = _numeric_leaves(f.annotation)
+        if kind is not None:
+            out[f.alias or name] = kind
+    return out
+
+
+_PLAIN = (int, float, type(None))
+
+
+def _plain(v) -> bool:
+    return type(v) in _PLAIN or (type(v) is dict and all(type(x) in _PLAIN for x in v.values()))
+
+
 class NumbersAreNumbers(BaseModel):
     """A number written as true or "4" is a mistake, not 1 or 4 (pydantic's lax mode
     converts both): every field whose values are numbers refuses flags and text.
     (Snapshots parsed from JSON text take a strict fast path; this is the check
-    on the reference path and on every other body.)"""
+    on the reference path and on every other body: one call per object, not per field.)"""
 
-    @field_validator("*", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _numbers_are_numbers(cls, v, info):
-        kind = _numeric_leaves(cls.model_fields[info.field_name].annotation)
-        if kind is not None:
-            found = _flag_or_text(v, info.field_name)
+    def _numbers_are_numbers(cls, data):
+        if not isinstance(data, dict):
+            return data
+        numeric = _numeric_fields(cls)
+        if all(_plain(data[k]) or _flag_or_text(data[k], k) is None for k in data.keys() & numeric.keys()):
+            return data  # (the common case, fast: the few fields given, plain numbers or {type: number} rows)
+        for name, kind in numeric.items():  # the first bad one in field order (a set's order is not fixed)
+            found = _flag_or_text(data.get(name), name)
             if found is not None:
                 where, bad = found
                 what = "a whole number" if kind == "whole" else "a number"
-                where = "" if where == info.field_name else f"{where} "  # (a scalar: the location names it)
-                raise ValueError(f"{where}must be {what}, not {type(bad).__name__} ({bad!r})")
-        return v
+                raise FieldError(where, f"must be {what}, not {type(bad).__name__} ({bad!r})")
+        return data
 
 
 def _flag_or_text(v, where: str, depth: int = 0) -> tuple[str, Any] | None:
@@ -441,6 +471,10 @@ def _format_validation_error(err: ValidationError) -> str:
     msg = " ".join(str(e["msg"]).split())
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
+    inner = (e.get("ctx") or {}).get("error")
+    if isinstance(inner, FieldError):  # the field is part of the location
+        loc = f"{loc}.{inner.field}" if loc else inner.field
+        msg = " ".join(inner.message.split())
     where = f"{loc}: " if loc else ""
     extra = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     return f"invalid snapshot: {where}{msg}{extra}"
