@@ -32,6 +32,13 @@ from optsched.service.session import Conflict, NotFound
 DEFAULT_URL = "http://127.0.0.1:8470"
 
 
+
+
+def _seg(job_id: str) -> str:
+    """A job id as one URL path segment (ids may hold ':', '@', '+')."""
+    from urllib.parse import quote
+
+    return quote(str(job_id), safe="")
 class ServiceError(OptschedError):
     def __init__(self, status: int, detail: str, field: str | None = None):
         super().__init__(detail)
@@ -132,11 +139,11 @@ class RemoteSession:
         return self.client.request("POST", f"{self._base}/jobs", {"jobs": jobs})["jobs"]
 
     def update(self, job_id: str, changes: dict | None = None, **fields) -> dict:
-        return self.client.request("PATCH", f"{self._base}/jobs/{job_id}", {**(changes or {}), **fields})
+        return self.client.request("PATCH", f"{self._base}/jobs/{_seg(job_id)}", {**(changes or {}), **fields})
 
     def finish(self, job_id: str, seconds: float | None = None) -> dict:
         body = {} if seconds is None else {"seconds": seconds}
-        return self.client.request("POST", f"{self._base}/jobs/{job_id}/finish", body)
+        return self.client.request("POST", f"{self._base}/jobs/{_seg(job_id)}/finish", body)
 
     def remove(self, job_ids: str | Iterable[str]) -> list[dict]:
         """Allocator.remove's name: finish these jobs (already finished: skipped)."""
@@ -188,7 +195,7 @@ class RemoteSession:
         return self.client.request("GET", self._base)
 
     def job(self, job_id: str) -> dict:
-        return self.client.request("GET", f"{self._base}/jobs/{job_id}")
+        return self.client.request("GET", f"{self._base}/jobs/{_seg(job_id)}")
 
     def jobs(self, finished: bool = False, limit: int = 1000, offset: int = 0) -> list[dict]:
         params = {"finished": str(finished).lower(), "limit": limit, "offset": offset}

@@ -461,6 +461,12 @@ Snapshot.model_rebuild()
 
 
 def _format_validation_error(err: ValidationError) -> str:
+    return f"invalid snapshot: {describe_validation_error(err)}"
+
+
+def describe_validation_error(err: ValidationError, at: str = "") -> str:
+    """One line: the first error's location (jobs[0].throughput['v100']; ``at``: where the
+    validated object sits, e.g. reports[2]) and message."""
     e = err.errors()[0]
     loc = "".join(
         f"[{p}]" if isinstance(p, int)
@@ -475,9 +481,11 @@ def _format_validation_error(err: ValidationError) -> str:
     if isinstance(inner, FieldError):  # the field is part of the location
         loc = f"{loc}.{inner.field}" if loc else inner.field
         msg = " ".join(inner.message.split())
+    if at:
+        loc = f"{at}.{loc}" if loc and not loc.startswith("[") else f"{at}{loc}"
     where = f"{loc}: " if loc else ""
     extra = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"invalid snapshot: {where}{msg}{extra}"
+    return f"{where}{msg}{extra}"
 
 
 def parse_snapshot(data: str | bytes | dict) -> Snapshot:

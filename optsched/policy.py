@@ -11,6 +11,7 @@ Nothing on this path imports cvxpy.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import time
@@ -155,6 +156,30 @@ DIRECT_SOLVERS = SOLVER_ALIASES
 log = logging.getLogger("optsched.policy")
 
 
+@functools.cache
+def supports_packing(policy: str) -> bool:
+    """The policy has pair variables (or packs by itself, gandiva)."""
+    import inspect
+
+    if policy == "gandiva":
+        return True
+    mod, _ = _module(policy)
+    if getattr(mod, "SPACE_SHARING", False):  # a procedure that binds pairs itself (lucid)
+        return True
+    build = getattr(mod, "build", None)
+    if build is None or "packing" not in inspect.signature(build).parameters:
+        return False
+    return "no_packing(" not in inspect.getsource(mod)
+
+
+def check_packing(policy: str, packing: bool, field: str = "packing") -> None:
+    """One line naming ``field`` when ``packing`` is asked of a policy without space sharing
+    (it was ignored by some, failed every round of a session with others)."""
+    if packing and not supports_packing(policy):
+        packers = ", ".join(p for p in POLICIES if not p.endswith("_agnostic") and supports_packing(p))
+        raise OptschedError(f"{field}: policy {policy} has no space sharing (policies with it: {packers})")
+
+
 def solve_instance(
     inst: Instance, policy: str = DEFAULT_POLICY, solver: str = "auto", time_limit: float = 60.0, warm=None,
     **options,
@@ -164,6 +189,7 @@ def solve_instance(
     ``warm``: (prices per type, level[, crossover slacks]) of a similar program,
     for policies that are one block LP (POP's sibling partitions); others ignore it."""
     options.pop("fast", None)
+    check_packing(policy, bool(options.get("packing")))
     try:
         solver = solver_name(solver)
     except ValueError:

@@ -370,6 +370,25 @@ def test_record_replaces_the_full_round_credit():
     assert allocator.state()["rounds_received"][job][p.gpu_type(job)] == pytest.approx(0.5 + 0.25)
     with pytest.raises(OptschedError, match="record: unknown job"):
         allocator.record("nope", "t0", 1.0)
+    # More than the round cannot have run (1e6 s credited 2,778 rounds); the whole round can.
+    with pytest.raises(OptschedError, match=r"record: seconds \(1e\+06\) exceed the round \(360 s\)"):
+        allocator.record(job, p.gpu_type(job), 1e6)
+    allocator.record(job, p.gpu_type(job), 360.0)
+
+
+def test_a_job_id_that_reads_as_a_pair_key_is_refused():
+    """The state names a packed pair '["x", "y"]': a job with that id made a state no
+    allocator could load back (and would collide with the pair x+y)."""
+    import dataclasses
+
+    inst = random_instance(np.random.default_rng(4), 3, 1, multi_gpu=False)
+    inst = dataclasses.replace(inst, job_ids=(inst.job_ids[0], '["x", "y"]', inst.job_ids[2]))
+    with pytest.raises(OptschedError, match=r"jobs\[1\]\.id: .* reads as a packed pair's key"):
+        Allocator(cluster_of(inst)).next_round(inst, allocation(inst, np.full((3, 1), 0.3)))
+    ok = dataclasses.replace(inst, job_ids=(inst.job_ids[0], "[not-a-pair", inst.job_ids[2]))
+    a = Allocator(cluster_of(ok))
+    a.next_round(ok, allocation(ok, np.full((3, 1), 0.3)))
+    Allocator(cluster_of(ok)).load_state(a.state())  # an id merely starting with "[" round-trips
 
 
 def test_state_round_trips_through_a_snapshot():

@@ -5,6 +5,7 @@ exactly like one that never stopped, and a failed call changes nothing."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -379,3 +380,35 @@ def test_a_schema_1_database_is_upgraded_in_place_and_decides_on(tmp_path):
         assert decisions(d_live.step(live)) == decisions(d_old.step(s)), f"round {r}"
     assert decisions(s.state()) == decisions(live.state())
     _memory_equals_store(s, s._store)
+
+
+def test_in_process_bad_input_is_an_optsched_error_like_the_service():
+    """The in-process Session raised pydantic's ValidationError where the service answers
+    422 (a ServiceError, an OptschedError): a loop catching OptschedError behaved differently."""
+    s = Session.create({"cluster": {"gpus": {"v100": 2}}})
+    for jobs, where in (([{"id": "a b", "throughput": {"v100": 1.0}}], "jobs[0].id"),
+                        ([{"id": "ok", "throughput": {"v100": 1.0}}, {"id": "w", "throughput": {"v100": 1.0},
+                                                                      "weight": -1}], "jobs[1].weight"),
+                        ([{"id": "..", "throughput": {"v100": 1.0}}], "jobs[0].id: '..' is a path segment")):
+        with pytest.raises(OptschedError, match=re.escape(where)):
+            s.submit(jobs)
+    with pytest.raises(OptschedError, match=r"^reports\[0\]\.steps: "):
+        s.report([{"job_id": "x", "steps": -1}])
+    with pytest.raises(OptschedError, match=r"^time_limit: must be a number"):
+        Session.create({"cluster": {"gpus": {"v100": 2}}, "time_limit": "x"})
+
+
+@pytest.mark.parametrize("policy", ["fifo", "allox", "max_min_fairness_water_filling"])
+def test_packing_with_a_policy_without_space_sharing_is_refused_at_creation(policy):
+    """It was accepted (201) and then every round failed (fifo), or packing was silently
+    ignored (allox); solve_instance refuses it the same way for the CLI and POST /v1/solve."""
+    with pytest.raises(OptschedError, match=rf"^packing: policy {policy} has no space sharing"):
+        Session.create({"cluster": {"gpus": {"v100": 2}}, "policy": policy, "packing": True})
+    from optsched.model import Instance, parse_snapshot
+    from optsched.policy import solve_instance
+
+    inst = Instance.from_snapshot(parse_snapshot({"cluster": {"gpus": {"v100": 2}},
+                                                  "jobs": [{"id": "a", "throughput": {"v100": 1.0}}]}))
+    with pytest.raises(OptschedError, match=f"^packing: policy {policy} has no space sharing"):
+        solve_instance(inst, policy, packing=True)
+    Session.create({"cluster": {"gpus": {"v100": 2}}, "policy": "max_min_fairness", "packing": True})

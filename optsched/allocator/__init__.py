@@ -170,6 +170,8 @@ class Allocator:
             raise OptschedError(f"record: unknown GPU type {gpu_type!r}")
         if not np.isfinite(seconds) or seconds < 0:
             raise OptschedError(f"record: seconds must be a finite non-negative number (got {seconds})")
+        if seconds > self.round_length * (1 + 1e-9):  # (a session refuses the same; 1e6 s credited 2,778 rounds)
+            raise OptschedError(f"record: seconds ({seconds:g}) exceed the round ({self.round_length:g} s)")
         c = self.cols.index[gpu_type]
         if c not in st.lease.gpus.get(job_id, {}):
             raise OptschedError(f"record: job {job_id!r} did not run on {gpu_type} in the last round (nothing to credit)")

@@ -107,6 +107,12 @@ def _jobs_view(inst: Instance, key: tuple, T: np.ndarray, sf: np.ndarray, cols: 
         m = int(np.flatnonzero(~whole)[0])
         raise OptschedError(f"jobs[{m}].scale_factor: job {ids[m]!r} needs a positive whole number of GPUs (got {sf[m]})")
     sfi = sf.astype(np.int64)
+    for m in (m for m, j in enumerate(ids) if j[:1] == "["):  # (such ids are rare)
+        from optsched.allocator.state import _unit_of
+
+        if isinstance(_unit_of(ids[m], "jobs"), tuple):
+            raise OptschedError(f"jobs[{m}].id: {ids[m]!r} reads as a packed pair's key in the allocator's state "
+                                "(a JSON list of two ids); rename the job")
     usable = (Tk > 0) & (sfi[:, None] <= cols.capacity[None, :])
     stuck = ~usable.any(axis=1)
     if stuck.any():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from optsched.model import Cluster, GoodputSpec, NumbersAreNumbers, Snapshot
 
@@ -159,6 +159,14 @@ class JobSpec(_Body):
     colocated: dict[str, dict[str, tuple[float, float]]] | None = Field(
         default=None, description="Space sharing: {other_job: {gpu_type: [steps/s self, steps/s other]}}.")
     goodput: GoodputSpec | None = Field(default=None, description="Elastic job: goodput model (pollux, sia).")
+
+
+    @field_validator("id")
+    @classmethod
+    def _not_a_path_segment(cls, v: str) -> str:
+        if v in (".", ".."):  # /jobs/.. is the session itself in any URL
+            raise ValueError(f"{v!r} is a path segment, not a job id")
+        return v
 
 
 class SubmitJobs(_Body):

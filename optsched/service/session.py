@@ -102,7 +102,7 @@ class Session:
 
     @classmethod
     def create(cls, config: SessionConfig | dict, store: Store | None = None, limits: Limits = Limits()) -> "Session":
-        cfg = config if isinstance(config, SessionConfig) else SessionConfig.model_validate(config)
+        cfg = config if isinstance(config, SessionConfig) else _validated(SessionConfig, config)
         _check_config(cfg, limits)
         sid = cfg.session_id or secrets.token_hex(8)
         doc = {
@@ -289,7 +289,7 @@ class Session:
     def update(self, job_id: str, changes: JobUpdate | dict | None = None, **fields) -> dict:
         """Change a job's weight, throughput, steps_total, entity, slo or model;
         the allocation is recomputed at the next allowed round."""
-        upd = changes if isinstance(changes, JobUpdate) else JobUpdate.model_validate({**(changes or {}), **fields})
+        upd = changes if isinstance(changes, JobUpdate) else _validated(JobUpdate, {**(changes or {}), **fields})
         return self._atomic(self._update, job_id, upd)
 
     def _update(self, job_id: str, upd: JobUpdate) -> dict:
@@ -368,7 +368,8 @@ class Session:
         iteration times and gradient statistics (elastic jobs), finished."""
         if isinstance(reports, (ProgressReport, dict)):
             reports = [reports]
-        reqs = [r if isinstance(r, ProgressReport) else ProgressReport.model_validate(r) for r in reports]
+        reqs = [r if isinstance(r, ProgressReport) else _validated(ProgressReport, r, f"reports[{i}]")
+                for i, r in enumerate(reports)]
         if not reqs:
             return []
         return self._atomic(self._report, reqs)
@@ -706,6 +707,19 @@ class Session:
 # ---------------------------------------------------------------------- helpers
 
 
+def _validated(model, data, where: str = ""):
+    """``model.model_validate(data)``, a bad value as the one-line OptschedError the
+    service would answer with (in-process callers catch the same exception)."""
+    from pydantic import ValidationError
+
+    from optsched.model import describe_validation_error
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise OptschedError(describe_validation_error(e, where)) from None
+
+
 def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     from optsched.policy import POLICIES, policy_names
 
@@ -720,6 +734,9 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     from optsched.pop import check_partitions
 
     check_partitions(cfg.policy, cfg.partitions, cfg.packing, "partitions")
+    from optsched.policy import check_packing
+
+    check_packing(cfg.policy, cfg.packing)  # at creation, not as a failure of every round
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")
@@ -747,8 +764,8 @@ def _submit_request(jobs) -> SubmitJobs:
     if isinstance(jobs, (JobSpec, dict)) and not (isinstance(jobs, dict) and "jobs" in jobs):
         jobs = [jobs]
     if isinstance(jobs, dict):
-        return SubmitJobs.model_validate(jobs)
-    return SubmitJobs(jobs=[j if isinstance(j, JobSpec) else JobSpec.model_validate(j) for j in jobs])
+        return _validated(SubmitJobs, jobs)
+    return SubmitJobs(jobs=[j if isinstance(j, JobSpec) else _validated(JobSpec, j, f"jobs[{i}]") for i, j in enumerate(jobs)])
 
 
 def _new_record(spec: dict, arrival: float) -> dict:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from optsched.model import Cluster, OptschedError
+from optsched.policy import supports_packing  # noqa: F401  (re-exported: its home is the policy layer)
 
 SCHEMA_VERSION = 1
 DEFAULT_CLUSTER = "v100=36,p100=36,k80=36"  # rigid traces (Gavel's)
@@ -60,23 +61,6 @@ def _plain(x):
     if isinstance(x, (tuple, set, np.ndarray)):
         return list(x)
     return str(x)
-
-
-def supports_packing(policy: str) -> bool:
-    """The policy has pair variables (or packs by itself, gandiva)."""
-    import inspect
-
-    from optsched.policy import _module
-
-    if policy == "gandiva":
-        return True
-    mod, _ = _module(policy)
-    if getattr(mod, "SPACE_SHARING", False):  # a procedure that binds pairs itself (lucid)
-        return True
-    build = getattr(mod, "build", None)
-    if build is None or "packing" not in inspect.signature(build).parameters:
-        return False
-    return "no_packing(" not in inspect.getsource(mod)
 
 
 def check_run(trace, policy: str, solver: str = "auto", packing: bool = False, table=None,
