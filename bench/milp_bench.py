@@ -55,7 +55,7 @@ def lp_gap(inst: Instance, policy: str) -> tuple[float, float]:
         U, _ = sia.utilities(inst, gm.goodput, gm.current, -0.5, 1.1)
     else:
         U, _, _ = pollux.utility_matrix(inst, gm)
-    a = solve_assignment(U, gm.configs, inst.capacity, time_limit=60, relax_bound=True)
+    a = solve_assignment(U, gm.configs, inst.capacity, time_limit=60)
     return a.objective, a.lp_bound
 
 

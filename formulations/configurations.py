@@ -323,7 +323,7 @@ def undominated(U: np.ndarray, cfg: Configurations) -> np.ndarray:
 
 
 def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, time_limit: float = 60.0,
-                     solver: str = "highs", relax_bound: bool = False, force_fallback: bool = False,
+                     solver: str = "highs", force_fallback: bool = False,
                      start: np.ndarray | None = None, rel_gap: float = MIP_REL_GAP) -> Assignment:
     """The assignment MILP with HiGHS (highspy directly: 3× faster than through
     cvxpy), over undominated pairs only (exact, see ``undominated``): the LP

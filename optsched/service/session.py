@@ -299,7 +299,6 @@ class Session:
         for k, v in changes.items():
             if v is None:
                 spec.pop(k, None)
-        keep = set(self._s["jobs"])
         _validate_snapshot({"cluster": self._s["config"]["cluster"], "jobs": [_snapshot_job(spec, keep={job_id})]},
                            prefix="")
         self._touch(job_id)

@@ -160,6 +160,25 @@ def restart_seconds(config: SimConfig, jobs: JobArrays, multi_type: bool) -> np.
     return out
 
 
+def _packing_by_type(config: SimConfig, jobs, policy_options: dict):
+    """active jobs -> ClassPairs, when max_min_fairness packs rigid jobs from a pair table
+    with no option the class program ignores (optsched.sim.packed_classes); else None."""
+    if not (config.packing and config.policy == "max_min_fairness" and config.aggregate and config.partitions == 1
+            and jobs.pair_table is not None and not jobs.any_elastic and set(policy_options) <= {"packing"}):
+        return None
+    from optsched.sim.packed_classes import ClassPairs
+    from optsched.sim.packing import _class_rates
+
+    kinds = sorted(set(jobs.job_type))
+    label = {t: i for i, t in enumerate(kinds)}
+    of_job = np.array([label[t] for t in jobs.job_type], dtype=np.int64)
+
+    def rates(a: int, b: int) -> np.ndarray:
+        return _class_rates(jobs, kinds[a], kinds[b])
+
+    return lambda active: ClassPairs(of_job[np.asarray(active)], rates)
+
+
 def simulate_jobs(
     jobs: JobArrays,
     cluster: Cluster,
@@ -221,6 +240,7 @@ def simulate_jobs(
     rounds: list[tuple] = []
     wall0 = _time.perf_counter()
     class_cache = ClassSolveCache()  # a recomputation with unchanged job classes reuses the last solve
+    by_type = _packing_by_type(config, jobs, policy_options)  # max-min packing over every pair, per job type
 
     while True:
         # --- admission ---
@@ -252,7 +272,8 @@ def simulate_jobs(
             t0 = _time.perf_counter()
             ls.allocation = compute_allocation(
                 inst, config.policy, solver, config.time_limit, config.aggregate and not config.packing,
-                cache=class_cache, partitions=config.partitions, **policy_options,
+                cache=class_cache, partitions=config.partitions,
+                pair_classes=by_type(ls.active) if by_type is not None else None, **policy_options,
             )
             solve_s = _time.perf_counter() - t0
             ls.solver_seconds += solve_s

@@ -42,10 +42,20 @@ class ClassSolveCache:
 
 def compute_allocation(
     inst: Instance, policy: str, solver: str, time_limit: float, aggregate: bool,
-    cache: ClassSolveCache | None = None, partitions: int = 1, **options,
+    cache: ClassSolveCache | None = None, partitions: int = 1, pair_classes=None, **options,
 ) -> Allocation:
-    """``partitions`` > 1: POP's merged solve over job groups (never class-merged: POP splits jobs)."""
+    """``partitions`` > 1: POP's merged solve over job groups (never class-merged: POP splits jobs).
+    ``pair_classes`` (optsched.sim.packed_classes.ClassPairs): max_min_fairness with packing over
+    every pair of jobs, solved over job types (the per-job path over the instance's candidate
+    pairs only when the class program does not apply)."""
     from optsched.policy import solve_instance
+
+    if pair_classes is not None and inst.n > 1:
+        from optsched.sim.packed_classes import solve_packed_classes
+
+        a = solve_packed_classes(inst, pair_classes, time_limit)
+        if a is not None:
+            return a
 
     if partitions > 1:
         from optsched.pop import solve_maybe_partitioned

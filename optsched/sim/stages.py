@@ -260,7 +260,12 @@ def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarra
     )
 
 
-_GAINS: dict = {}  # (application, batch size) -> (epoch progress targets, statistical gain per epoch)
+# (id(application), batch size) -> (the application, epoch progress targets, statistical gain per
+# epoch). A cache across simulations in one process: it holds the application itself, so its id
+# cannot be reused by another application while the entry lives (an id alone once returned
+# another application's numbers), and it is cleared past MAX_GAINS entries.
+_GAINS: dict = {}
+MAX_GAINS = 4096
 
 
 def remaining_iterations(job, app, batch: float) -> float:
@@ -271,12 +276,15 @@ def remaining_iterations(job, app, batch: float) -> float:
     from optsched.goodput.model import statistical_gain
 
     key = (id(app), float(batch))
-    if key not in _GAINS:
+    hit = _GAINS.get(key)
+    if hit is None or hit[0] is not app:
         E = app.max_epochs
         targets = np.array([app.progress_target(k) for k in range(E + 1)])
         stats = np.array([app.grad_stats(batch, k) for k in range(E)])
-        _GAINS[key] = (targets, statistical_gain(stats[:, 0], stats[:, 1], app.init_batch_size, batch))
-    targets, gain = _GAINS[key]
+        if len(_GAINS) >= MAX_GAINS:
+            _GAINS.clear()
+        hit = _GAINS[key] = (app, targets, statistical_gain(stats[:, 0], stats[:, 1], app.init_batch_size, batch))
+    _, targets, gain = hit
     e = min(int(job.epoch), app.max_epochs)
     need = targets[e + 1:] - np.maximum(targets[e:-1], job.progress)
     return float(np.sum(np.maximum(need, 0.0) / np.maximum(gain[e:], 1e-12)))

@@ -1,0 +1,226 @@
+"""Space sharing over identical-job classes: the simulator's packing rounds for
+max_min_fairness, over *every* pair of active jobs, exactly, at the size of
+the job types.
+
+In a simulated round a job's throughputs and its pair throughputs come from
+the table by its job type, so jobs of one class (job type, scale factor,
+weight) are interchangeable: permuting them maps the all-pairs program
+(formulations/base.py, space sharing) onto itself, and by convexity it has an
+optimal solution that treats a class's members alike (average any optimum
+over those permutations). In such a solution, with n_a members in class a,
+
+    x[a, j]    each member's time alone on type j,
+    T[q, j]    the pair time of class pair q = (a, b) on j, summed over its member pairs,
+
+a member of a gets T[q, j] / n_a of q's time when b ≠ a (2 T[q, j] / n_a when
+q = (a, a): each member sits in the pairs with every other one), so
+
+    maximize z
+    share_a:  Σ_j A[a, j] x[a, j] + Σ_{q ∋ a} Σ_j c[q, j, a] T[q, j] / n_a (× 2 for (a, a))  ≥ z
+    time_a:   Σ_j x[a, j] + Σ_{q ∋ a} Σ_j T[q, j] / n_a (× 2 for (a, a))                   ≤ 1
+    cap_j:    Σ_a n_a s_a x[a, j] + Σ_q s_q T[q, j]                                           ≤ W_j
+
+with A and c the formulation's normalized throughputs (max_min_fairness.normalized_throughput)
+and its admission rule (both members run on j, equal scale factors, packing beats time
+slicing). Its optimum is the all-pairs optimum; a solution is turned back into job
+pairs without the O(n²) pairs: between classes a ≠ b, the north-west-corner rule of the
+transportation problem (each member of a supplies T/n_a, each of b takes T/n_b: at most
+n_a + n_b − 1 pairs), within a class a cycle (i, i + 1) with T/n_a each (one pair for
+two members). Measured (a 10,000-job round of Gavel's 26 job types): see README, Scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from optsched.model import Allocation, Instance
+
+# Two members of a job type packed together must get the same rate for the class
+# program to be exact (a 2-member class forms one pair whose two roles differ).
+SYMMETRIC_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class ClassPairs:
+    """What the class program needs beyond the round's Instance."""
+
+    labels: np.ndarray  # (n,) job type of each job, as an int: equal labels = equal rows and pair rates
+    rates: Callable[[int, int], np.ndarray]  # (k, 2) packed throughputs of labels a and b (0: not measured)
+
+
+@dataclass(frozen=True)
+class ClassProgram:
+    """The class program's data (module doc)."""
+
+    first: np.ndarray  # (C,) a member of each class
+    members: list  # class -> job indices, increasing
+    counts: np.ndarray  # (C,) n_a
+    A: np.ndarray  # (C, k) normalized throughput of a member
+    allowed: np.ndarray  # (C, k) a member may run alone on j
+    q: np.ndarray  # (Q, 2) class pairs a <= b
+    coef: np.ndarray  # (Q, k, 2) normalized packed share of a member of a, of b
+    rate: np.ndarray  # (Q, k, 2) packed throughput / solo throughput of each member
+    admitted: np.ndarray  # (Q, k) bool
+
+
+def class_program(inst: Instance, pc: ClassPairs) -> ClassProgram | None:
+    """The classes and admitted class pairs; None when the jobs are not interchangeable
+    within a class (a job type packed with itself at two different rates)."""
+    from optsched.formulations.max_min_fairness import normalized_throughput
+    from optsched.sim.policy_step import _identical_rows
+
+    key = np.column_stack([pc.labels, inst.throughput, inst.scale_factor, inst.weight])
+    first, inverse, counts = _identical_rows(key)
+    members = [np.flatnonzero(inverse == c) for c in range(len(first))]
+    A = normalized_throughput(inst)[first]
+    T, sf = inst.throughput[first], inst.scale_factor[first]
+    allowed = inst.available[first]
+    q, coef, rate, ok = [], [], [], []
+    for a in range(len(first)):
+        for b in range(a, len(first)):
+            if sf[a] != sf[b] or (a == b and counts[a] < 2):
+                continue
+            r = np.asarray(pc.rates(int(pc.labels[first[a]]), int(pc.labels[first[b]])), dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.stack([np.where(T[a] > 0, r[:, 0] / T[a], 0.0), np.where(T[b] > 0, r[:, 1] / T[b], 0.0)], 1)
+            adm = allowed[a] & allowed[b] & (ratio.sum(axis=1) > 1.0)
+            if not adm.any():
+                continue
+            if a == b and not np.allclose(r[adm, 0], r[adm, 1], rtol=SYMMETRIC_RTOL, atol=0.0):
+                return None
+            q.append((a, b))
+            rate.append(np.where(adm[:, None], ratio, 0.0))
+            coef.append(np.stack([A[a] * rate[-1][:, 0], A[b] * rate[-1][:, 1]], axis=1))
+            ok.append(adm)
+    k = inst.k
+    return ClassProgram(first, members, counts, A, allowed, np.array(q, dtype=int).reshape(-1, 2),
+                        np.array(coef).reshape(-1, k, 2), np.array(rate).reshape(-1, k, 2),
+                        np.array(ok, dtype=bool).reshape(-1, k))
+
+
+def _matrix(inst: Instance, cp: ClassProgram):
+    """(c, A_ub, b_ub, ub, x_cols, t_cols) of the class program in solve_lp's form:
+    variables x[a, j] (allowed), T[q, j] (admitted), then z; minimize −z."""
+    import scipy.sparse as sp
+
+    C, k, n_a = len(cp.first), inst.k, cp.counts.astype(float)
+    xa, xj = np.nonzero(cp.allowed)
+    tq, tj = np.nonzero(cp.admitted)
+    nx, nt = len(xa), len(tq)
+    a, b = cp.q[tq, 0], cp.q[tq, 1]
+    same = a == b
+    # Per unit of T: a member's time and share (both roles of a within-class pair are alike).
+    time_a = np.where(same, 2.0, 1.0) / n_a[a]
+    share_a = np.where(same, cp.coef[tq, tj, 0] + cp.coef[tq, tj, 1], cp.coef[tq, tj, 0]) / n_a[a]
+    time_b, share_b = 1.0 / n_a[b], cp.coef[tq, tj, 1] / n_a[b]
+    other = ~same
+    xi, ti = np.arange(nx), nx + np.arange(nt)
+    z = nx + nt
+    rows = np.concatenate([xa, a, b[other], np.arange(C),  # share: −thr + z ≤ 0
+                           C + xa, C + a, C + b[other],  # time ≤ 1
+                           2 * C + xj, 2 * C + tj])  # capacity
+    cols = np.concatenate([xi, ti, ti[other], np.full(C, z), xi, ti, ti[other], xi, ti])
+    vals = np.concatenate([-cp.A[xa, xj], -share_a, -share_b[other], np.ones(C),
+                           np.ones(nx), time_a, time_b[other],
+                           (n_a * inst.scale_factor[cp.first])[xa], inst.scale_factor[cp.first][a]])
+    A_ub = sp.csc_matrix((vals, (rows, cols)), shape=(2 * C + k, z + 1))
+    b_ub = np.concatenate([np.zeros(C), np.ones(C), inst.capacity])
+    c = np.zeros(z + 1)
+    c[z] = -1.0
+    ub = np.concatenate([np.ones(nx), np.full(nt, np.inf), [np.inf]])
+    return c, A_ub, b_ub, ub, (xa, xj), (tq, tj)
+
+
+def _member_pairs(ia: np.ndarray, ib: np.ndarray | None, total: float) -> tuple[list, list]:
+    """Concrete pairs and their total times for one class pair with total time ``total``:
+    the north-west corner between ia and ib, or a cycle within ia (ib None)."""
+    if ib is None:
+        if len(ia) == 2:
+            return [(ia[0], ia[1])], [total]
+        each = total / len(ia)
+        return [(ia[t], ia[(t + 1) % len(ia)]) for t in range(len(ia))], [each] * len(ia)
+    left_a, left_b = np.full(len(ia), total / len(ia)), np.full(len(ib), total / len(ib))
+    tol = 1e-12 * total
+    i = j = 0
+    pairs, amounts = [], []
+    while i < len(ia) and j < len(ib):
+        f = min(left_a[i], left_b[j])
+        if f > tol:
+            pairs.append((ia[i], ib[j]))
+            amounts.append(f)
+        left_a[i] -= f
+        left_b[j] -= f
+        if left_a[i] <= tol:
+            i += 1
+        else:
+            j += 1
+    return pairs, amounts
+
+
+def _disaggregate(inst: Instance, cp: ClassProgram, x: np.ndarray, t: np.ndarray):
+    """(X (n, k), Packing, Y (p, k)) from the class solution x (C, k), t (Q, k)."""
+    from optsched.formulations.base import Packing
+
+    n, k = inst.n, inst.k
+    cls = np.empty(n, dtype=int)
+    for c, m in enumerate(cp.members):
+        cls[m] = c
+    X = x[cls]
+    pairs, Y, rate, ok = [], [], [], []
+    for qi, (a, b) in enumerate(cp.q):
+        total = float(t[qi].sum())
+        if total <= 0:
+            continue
+        got, amounts = _member_pairs(cp.members[a], None if a == b else cp.members[b], total)
+        split = t[qi] / total
+        for (i, j), f in zip(got, amounts):
+            flip = i > j  # Instance pairs are (smaller, larger) index; rates follow the roles
+            pairs.append((j, i) if flip else (i, j))
+            Y.append(f * split)
+            rate.append(cp.rate[qi][:, ::-1] if flip else cp.rate[qi])
+            ok.append(cp.admitted[qi])
+    P = np.array(pairs, dtype=int).reshape(-1, 2)
+    pk = Packing(P, np.array(rate).reshape(-1, k, 2), np.array(ok, dtype=bool).reshape(-1, k),
+                 inst.scale_factor[P[:, 0]] if len(P) else np.zeros(0), n)
+    return X, pk, np.array(Y).reshape(-1, k)
+
+
+def solve_packed_classes(inst: Instance, pc: ClassPairs, time_limit: float = 60.0) -> Allocation | None:
+    """max_min_fairness with packing over every pair of ``inst``'s jobs, solved over
+    classes (module doc); None when the class program does not apply or is not solved
+    (the caller then takes the per-job path)."""
+    import time
+
+    from optsched.formulations.base import job_share
+    from optsched.formulations.max_min_fairness import normalized_throughput
+    from optsched.policy import _packed_result, clean_packed_fractions, explain
+    from optsched.solvers.lp import solve_lp
+
+    t0 = time.perf_counter()
+    cp = class_program(inst, pc)
+    if cp is None or len(cp.q) == 0:
+        return None
+    c, A_ub, b_ub, ub, (xa, xj), (tq, tj) = _matrix(inst, cp)
+    t1 = time.perf_counter()
+    sol = solve_lp(c, A_ub, b_ub, lb=np.zeros(len(c)), ub=ub, backend="highs-simplex", time_limit=time_limit)
+    t2 = time.perf_counter()
+    if not sol.ok:
+        return None
+    x = np.zeros((len(cp.first), inst.k))
+    x[xa, xj] = sol.x[: len(xa)]
+    t = np.zeros(cp.admitted.shape)
+    t[tq, tj] = np.maximum(sol.x[len(xa): len(xa) + len(tq)], 0.0)
+    X, pk, Y = _disaggregate(inst, cp, x, t)
+    X, Y = clean_packed_fractions(X, Y, inst, pk)
+    share = job_share(normalized_throughput(inst), X, pk, Y)
+    prices = None if sol.dual_ub is None else np.maximum(sol.dual_ub[2 * len(cp.first):], 0.0)  # (as solve_packed reads them)
+    explanation = explain(inst, X, share, prices, float(share.min()))
+    explanation["job_classes"] = int(len(cp.first))
+    explanation["class_pairs"] = int(len(cp.q))
+    thr, packed = _packed_result(inst, pk, X, Y, explanation)
+    t3 = time.perf_counter()
+    return Allocation.of(inst, "max_min_fairness", X, "optimal", float(share.min()), t3 - t0, thr, explanation,
+                         build_seconds=t1 - t0, solver_seconds=t2 - t1, decode_seconds=t3 - t2, **packed)
