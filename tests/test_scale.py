@@ -199,3 +199,20 @@ def test_bench_cli_table_csv_and_compare(tmp_path):
     assert "old / new" in r.output
     r = CliRunner().invoke(app, ["bench", "--only", "no-such-case"])
     assert r.exit_code == 2
+
+
+def test_packing_round_of_job_types_is_the_every_pair_optimum(peer_data):
+    """The bench's simulated packing round (Gavel's 26 job types): the class program's
+    objective equals the per-job program over every pair of the round's jobs, and beats
+    the program over the simulator's 8 candidate partners per job (what it solved before)."""
+    import os
+
+    from optsched.bench.references import packing_all_pairs
+    from optsched.policy import solve_instance
+    from optsched.sim.packed_classes import solve_packed_classes
+
+    inst, pc = instances.packing_round(120, seed=3, table_path=str(peer_data / "gavel" / "simulation_throughputs.json"))
+    ours = solve_packed_classes(inst, pc)
+    exact = packing_all_pairs(instances.with_every_pair(inst, pc))
+    assert ours.objective == pytest.approx(exact, rel=1e-7)
+    assert ours.objective >= solve_instance(inst, "max_min_fairness", packing=True).objective - 1e-9

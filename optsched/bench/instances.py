@@ -111,3 +111,48 @@ def snapshot_json(inst: Instance) -> bytes:
             for m in range(inst.n)]
     return json.dumps({"cluster": {"gpus": {t: int(w) for t, w in zip(inst.gpu_types, inst.capacity)}},
                        "jobs": jobs}).encode()
+
+
+def packing_round(n: int, seed: int = 0, table_path: str | None = None):
+    """A simulated packing round of n active single-GPU jobs of Gavel's job types, as
+    `simulate --packing` builds it (Gavel's table: throughputs and pair throughputs by job
+    type; capacity n/9 per type): (Instance with the simulator's 8 candidate partners per job,
+    ClassPairs of the job types). ``table_path``: Gavel's simulation_throughputs.json
+    (default: $OPTSCHED_PEER_DATA/gavel/...; OptschedError when absent)."""
+    import os
+    from pathlib import Path
+
+    from optsched.model import OptschedError
+    from optsched.sim.jobs import parse_cluster, resolve_jobs
+    from optsched.sim.packed_classes import ClassPairs
+    from optsched.sim.packing import _class_rates
+    from optsched.sim.stages import ActiveSet
+    from optsched.traces.generate import generate_gavel
+    from optsched.traces.throughputs import read_throughputs
+
+    path = Path(table_path or Path(os.environ.get("OPTSCHED_PEER_DATA", "../shared/data")) / "gavel"
+                / "simulation_throughputs.json")
+    if not path.is_file():
+        raise OptschedError(f"packing round: {path} not found (Gavel's table; set OPTSCHED_PEER_DATA)")
+    table = read_throughputs(path)
+    W = max(4, n // 9)
+    cluster = parse_cluster(f"v100={W},p100={W},k80={W}")
+    jobs = resolve_jobs(generate_gavel(table, n, 1e6, seed=seed), cluster, table, seed=seed, pair_table=table)
+    act = ActiveSet.of(jobs, list(range(n)), True, 8)
+    types = tuple(jobs.gpu_types)
+    inst = Instance(job_ids=act.job_ids, gpu_types=types, throughput=act.throughput, scale_factor=act.scale_factor,
+                    weight=act.weight, capacity=np.array([cluster.gpus[t] for t in types], float),
+                    steps_remaining=np.full(n, 1e6), elapsed_time=np.zeros(n), attained_service=np.zeros(n),
+                    arrival_time=act.arrival, time=0.0, pairs=act.pairs, pair_throughput=act.pair_throughput)
+    kinds = sorted(set(jobs.job_type))
+    label = {t: i for i, t in enumerate(kinds)}
+    labels = np.array([label[jobs.job_type[m]] for m in act.index], dtype=np.int64)
+    return inst, ClassPairs(labels, lambda a, b: _class_rates(jobs, kinds[a], kinds[b]))
+
+
+def with_every_pair(inst: Instance, pc) -> Instance:
+    """``inst`` with every pair of its jobs listed at the class rates (O(n²): small n only)."""
+    n = inst.n
+    P = np.array([(i, j) for i in range(n) for j in range(i + 1, n)], dtype=int).reshape(-1, 2)
+    rates = np.stack([pc.rates(int(pc.labels[i]), int(pc.labels[j])) for i, j in P]) if len(P) else np.zeros((0, inst.k, 2))
+    return dataclasses.replace(inst, pairs=P, pair_throughput=rates)

@@ -211,6 +211,38 @@ def packing_case(n: int, k: int = 3) -> Case:
     return Case(f"packing/{n}x{k}", run)
 
 
+def packing_types_case(n: int) -> Case:
+    """A simulated packing round of Gavel's job types: max_min_fairness over every pair, solved
+    over the job types (optsched/sim/packed_classes.py). Reference: the per-job program over
+    the simulator's 8 candidate partners per job (what `simulate --packing` solved before), and
+    at n <= 300 also the per-job program over every pair (the class optimum must equal it)."""
+    def run(ctx: Context) -> BenchRow:
+        from optsched.bench import references
+        from optsched.model import OptschedError
+        from optsched.sim.packed_classes import solve_packed_classes
+
+        key = f"packing-types/{n}x3"
+        try:
+            inst, pc = instances.packing_round(n, ctx.seed)
+        except OptschedError as e:
+            return BenchRow(key, "max_min_fairness --packing", n, 3, 0, status="skipped", note=str(e))
+        t, alloc = _timed(lambda: solve_packed_classes(inst, pc, 600.0), ctx.repeat)
+        row = _fill(BenchRow(key, "max_min_fairness --packing", n, 3, int(inst.capacity.sum()), total_s=t), alloc)
+        row.note = (f"{alloc.explanation['job_classes']} job types, {alloc.explanation['class_pairs']} type pairs, "
+                    f"{len(alloc.pairs):,} job pairs packed; loss < 0: better than the reference")
+        row.peak_mb = _peak_mb(lambda: solve_packed_classes(inst, pc, 600.0), ctx.memory, t)
+        if n <= 300:
+            every = instances.with_every_pair(inst, pc)
+            exact = _timed(lambda: references.packing_all_pairs(every), 1)[1]
+            row.note += f"; every pair per job: {exact:.6g} (rel. diff {(exact - row.objective) / exact:.1e})"
+        from optsched.policy import solve_instance
+
+        return _with_ref(ctx, row, "8 candidates per job",
+                         lambda: solve_instance(inst, "max_min_fairness", packing=True, time_limit=600.0).objective)
+
+    return Case(f"packing-types/{n}x3", run)
+
+
 # -- configuration policies ----------------------------------------------------------------
 
 def THREE(W: int):
@@ -314,6 +346,7 @@ CASES_QUICK = [
     policy_case("max_min_fairness_water_filling", 1000, 5),
     policy_case("max_min_fairness_hierarchical", 1000, 5),
     packing_case(1000),
+    packing_types_case(300),
     milp_case("sia", 512, 256, rounds=3),
     milp_case("pollux", 256, 32, rounds=3),
     allocator_case(1000, 256),
@@ -330,6 +363,7 @@ CASES_FULL = [
     allocator_case(10_000, 2048),
     packing_case(1000),
     packing_case(10_000),
+    *(packing_types_case(n) for n in (300, 10_000)),
     *(policy_case(p, n, k) for p in ("max_min_fairness_water_filling", "max_min_fairness_hierarchical")
       for n in (1000, 10_000) for k in (3, 5)),
     simulation_case(10_000),
