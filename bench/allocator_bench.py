@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from optsched.allocator import Allocator
-from optsched.model import Allocation, Cluster, Instance
+from optsched.model import Cluster, Instance
 from optsched.placement import Layout, place
 from optsched.policy import solve_instance
 

@@ -323,7 +323,7 @@ def _dual_bound(lp: BlockLP, lam: np.ndarray, mu: np.ndarray, pi: np.ndarray) ->
     so with z's coefficient zero (λ, μ, π scaled together) it bounds the optimum.
     Raising μ_m by δ_m ≥ 0 trades the positive reduced costs for Σ δ: the best δ is
     a small LP over the columns that price in (a fractional vertex cover of them)."""
-    n, k = lp.n, lp.k
+    n = lp.n
     rows = lp.rows()
     lam = np.where(rows, np.maximum(lam, 0.0), 0.0)
     mu, pi = np.maximum(mu, 0.0), np.maximum(pi, 0.0)

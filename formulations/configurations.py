@@ -249,11 +249,6 @@ class Assignment:
     lp_bound: float  # LP relaxation value (nan if not computed)
 
 
-def _pairs(U: np.ndarray):
-    m, c = np.nonzero(U > 0)
-    return m, c, U[m, c]
-
-
 def _incidence(n: int, k: int, m, c, cfg: Configurations):
     import scipy.sparse as sp
 

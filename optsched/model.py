@@ -504,7 +504,7 @@ def _check_counts(data: str | bytes) -> None:
     refused). Every job has a "throughput" key and every server a "gpu_type" key, so
     their counts in the text bound the lists' lengths from above (a C-speed scan);
     only past a limit is the JSON loaded to count exactly."""
-    for key, field, limit in (("throughput", "jobs", MAX_JOBS), ("gpu_type", "cluster.servers", MAX_SERVERS)):
+    for key, where, limit in (("throughput", "jobs", MAX_JOBS), ("gpu_type", "cluster.servers", MAX_SERVERS)):
         needle = f'"{key}"'
         if data.count(needle if isinstance(data, str) else needle.encode()) <= limit:
             continue
@@ -514,10 +514,10 @@ def _check_counts(data: str | bytes) -> None:
             return  # the parse names the error
         if not isinstance(doc, dict):
             return  # (the same)
-        holder = doc if field == "jobs" else doc.get("cluster")
-        items = holder.get(field.rpartition(".")[2]) if isinstance(holder, dict) else None
+        holder = doc if where == "jobs" else doc.get("cluster")
+        items = holder.get(where.rpartition(".")[2]) if isinstance(holder, dict) else None
         if isinstance(items, list) and len(items) > limit:  # pydantic's own wording, as the reference path says it
-            raise OptschedError(f"invalid snapshot: {field}: List should have at most {limit} items after validation, "
+            raise OptschedError(f"invalid snapshot: {where}: List should have at most {limit} items after validation, "
                                 f"not {len(items)}")
 
 
@@ -533,7 +533,7 @@ def _parse_reference(data: str | bytes | dict) -> Snapshot:
             raise OptschedError(f"invalid snapshot: not UTF-8 text (byte {e.start})") from None
         except RecursionError:
             raise OptschedError("invalid snapshot: JSON nested too deeply") from None
-        except ValueError as e:  # an integer of more than 4,300 digits (Python's conversion limit)
+        except ValueError:  # an integer of more than 4,300 digits (Python's conversion limit)
             raise OptschedError("invalid snapshot: a number has more than 4,300 digits") from None
     if not isinstance(data, dict):
         raise OptschedError("invalid snapshot: top level must be a JSON object")

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from optsched.model import Allocation, Instance, OptschedError, Snapshot, parse_snapshot
-from optsched.solvers import SOLVER_ALIASES, SOLVERS, block_backend, solver_name
+from optsched.solvers import SOLVERS, block_backend, solver_name
 
 POLICIES: dict[str, tuple[str, dict]] = {
     # Fractional policies over the throughput matrix (formulations/*.py).
@@ -151,8 +151,6 @@ def solve(
 
 
 # Old solver names (the simulator's and scripts'): kept as aliases of the user names.
-DIRECT_SOLVERS = SOLVER_ALIASES
-
 log = logging.getLogger("optsched.policy")
 
 

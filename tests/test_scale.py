@@ -205,8 +205,6 @@ def test_packing_round_of_job_types_is_the_every_pair_optimum(peer_data):
     """The bench's simulated packing round (Gavel's 26 job types): the class program's
     objective equals the per-job program over every pair of the round's jobs, and beats
     the program over the simulator's 8 candidate partners per job (what it solved before)."""
-    import os
-
     from optsched.bench.references import packing_all_pairs
     from optsched.policy import solve_instance
     from optsched.sim.packed_classes import solve_packed_classes

@@ -20,7 +20,7 @@ cluster: the same speed on every type, steps/duration).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -169,18 +169,3 @@ def numeric_column(values, name: str, rows, where: str, integer: bool = False, a
             i = int(np.argmax(big))
             raise OptschedError(f"{where}: row {rows[i]}: {name} {s.iat[i]!r} exceeds the limit of {MAX_INTEGER:,}")
     return x
-
-
-def with_fields(trace: Trace, **changes) -> Trace:
-    return replace(trace, **changes)
-
-
-@dataclass(frozen=True)
-class ResolvedJobs:
-    """Per-job arrays the simulator needs, resolved against a throughput table
-    and the cluster's GPU types."""
-
-    throughput: np.ndarray  # (n, k) steps/s at the job's scale factor
-    steps_total: np.ndarray  # (n,)
-    extrapolated: int = 0
-    notes: tuple[str, ...] = field(default_factory=tuple)

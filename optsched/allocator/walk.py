@@ -157,7 +157,6 @@ def walk(st: Standing, pairs: list[PairEntry], opts: WalkOptions, capacity: np.n
     """The units that run this round, per column, in the order taken.
     ``skip_zero`` (FIFO allocations, see ``skips_zero_priority``): the
     ``gavel`` walk leaves out entries of priority 0 as the other queues do."""
-    n, k = len(st.widths), len(capacity)
     gavel = opts.queue == "gavel"
     pri = job_priority(st, gavel)
     # Pairs are packed only with the same scale factor (as Gavel does).

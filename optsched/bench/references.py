@@ -58,8 +58,3 @@ def milp_before(inst: Instance, policy: str) -> float:
         return float(u @ lp)
     _, y, value = C._run_highs(C._highs_model(u, A, upper, True), 60.0, mip=True, rel_gap=1e-6)
     return value
-
-
-def milp_value(inst: Instance, policy: str, alloc) -> float:
-    """Σ U of an allocation's choice, the MILP objective both paths maximize."""
-    return float(alloc.explanation.get("milp_value", np.nan))

@@ -186,7 +186,9 @@ class JobPredictions:
         return d, c
 
 
-_LOADED: dict[str, DurationPredictor] = {}
+# Saved predictors loaded in this process, by path and the file's (mtime, size): a
+# predictor saved again under the same path is loaded again (rounds load it every time).
+_LOADED: dict[tuple, DurationPredictor] = {}
 
 
 def resolve_predictor(predictor=None) -> DurationPredictor | None:
@@ -197,9 +199,15 @@ def resolve_predictor(predictor=None) -> DurationPredictor | None:
     if not path:
         return None
     path = str(path)
-    if path not in _LOADED:
-        _LOADED[path] = DurationPredictor.load(path)
-    return _LOADED[path]
+    try:
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = (path, None, None)  # DurationPredictor.load names the missing file
+    if key not in _LOADED:
+        _LOADED.clear()  # (one saved predictor in use at a time is the norm; never a stale one)
+        _LOADED[key] = DurationPredictor.load(path)
+    return _LOADED[key]
 
 
 def predicted_durations(inst, predictor=None, contributions: bool = True) -> tuple[np.ndarray, str, pd.DataFrame | None]:

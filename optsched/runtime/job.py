@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from typing import Callable, Iterator, Mapping
@@ -274,20 +273,6 @@ class Lease:
         if error:
             data["error"] = error[:500]
         write_json_atomic(self._progress_path, data)
-
-
-def main_guard(fn: Callable[[], None]) -> None:
-    """Run ``fn`` so that a crash exits with code 1 after the Lease reported it
-    (``with Lease`` does the reporting); used by the shipped workloads."""
-    try:
-        fn()
-    except Preempted:
-        raise
-    except SystemExit:
-        raise
-    except BaseException as e:  # noqa: BLE001
-        print(f"job failed: {type(e).__name__}: {e}", file=sys.stderr)
-        sys.exit(1)
 
 
 __all__ = ["CHECKPOINT_FILE", "EXIT_PREEMPTED", "LEASE_FILE", "PROGRESS_FILE", "Lease", "Preempted", "read_json",

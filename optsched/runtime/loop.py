@@ -39,7 +39,6 @@ from optsched.model import json_default
 
 import json
 import logging
-import math
 import os
 import signal
 import tempfile

@@ -247,7 +247,6 @@ def simulate_auto(trace, cluster=None, throughputs=None, seed: int = 0, options:
                   metric: str = "jct", jct_weight: float = 0.5, parallel: int = 1, mode: str = "auto"):
     """Returns (SimResult, choices DataFrame). ``horizon`` seconds (default 2 × every rounds);
     ``mode``: fork | resim | auto (fork when usable)."""
-    from optsched.sim import simulate
     from optsched.sim.jobs import elastic_rows
     from optsched.sim.loop import SimConfig
     from optsched.traces.io import read_trace

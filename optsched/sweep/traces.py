@@ -25,8 +25,6 @@ from optsched.model import OptschedError
 def throughput_table(trace_options: dict, options: dict | None = None):
     path = trace_options.get("throughputs") or (options or {}).get("throughputs")
     if path:
-        from optsched.traces.throughputs import read_throughputs
-
         return _read_table(str(path))
     return None
 
