@@ -207,7 +207,7 @@ def test_packing_round_of_job_types_is_the_every_pair_optimum(peer_data):
     the program over the simulator's 8 candidate partners per job (what it solved before)."""
     from optsched.bench.references import packing_all_pairs
     from optsched.policy import solve_instance
-    from optsched.sim.packed_classes import solve_packed_classes
+    from optsched.packed_classes import solve_packed_classes
 
     inst, pc = instances.packing_round(120, seed=3, table_path=str(peer_data / "gavel" / "simulation_throughputs.json"))
     ours = solve_packed_classes(inst, pc)

@@ -1,4 +1,4 @@
-"""Packing over job-type classes (optsched/sim/packed_classes.py): the class program's
+"""Packing over job-type classes (optsched/packed_classes.py): the class program's
 optimum is the per-job program's over *every* pair, and its job pairs are a feasible
 allocation of that program."""
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from optsched.model import Instance
 from optsched.policy import solve_instance
-from optsched.sim.packed_classes import ClassPairs, solve_packed_classes
+from optsched.packed_classes import ClassPairs, solve_packed_classes
 
 
 def class_instance(seed: int, types: int, n: int, k: int = 3, symmetric: bool = True):
@@ -87,7 +87,8 @@ def test_simulate_packs_max_min_fairness_over_job_types(monkeypatch, tmp_path):
     d = peer_data_dir()
     if not d.is_dir():
         pytest.skip(f"peer data not found at {d} (set OPTSCHED_PEER_DATA)")
-    from optsched.sim import packed_classes, simulate
+    from optsched import packed_classes
+    from optsched.sim import simulate
     from optsched.traces.generate import generate_gavel
     from optsched.traces.throughputs import gavel_throughputs
 

@@ -124,7 +124,7 @@ def packing_round(n: int, seed: int = 0, table_path: str | None = None):
 
     from optsched.model import OptschedError
     from optsched.sim.jobs import parse_cluster, resolve_jobs
-    from optsched.sim.packed_classes import ClassPairs
+    from optsched.packed_classes import ClassPairs
     from optsched.sim.packing import _class_rates
     from optsched.sim.stages import ActiveSet
     from optsched.traces.generate import generate_gavel

@@ -213,13 +213,13 @@ def packing_case(n: int, k: int = 3) -> Case:
 
 def packing_types_case(n: int) -> Case:
     """A simulated packing round of Gavel's job types: max_min_fairness over every pair, solved
-    over the job types (optsched/sim/packed_classes.py). Reference: the per-job program over
+    over the job types (optsched/packed_classes.py). Reference: the per-job program over
     the simulator's 8 candidate partners per job (what `simulate --packing` solved before), and
     at n <= 300 also the per-job program over every pair (the class optimum must equal it)."""
     def run(ctx: Context) -> BenchRow:
         from optsched.bench import references
         from optsched.model import OptschedError
-        from optsched.sim.packed_classes import solve_packed_classes
+        from optsched.packed_classes import solve_packed_classes
 
         key = f"packing-types/{n}x3"
         try:

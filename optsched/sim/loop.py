@@ -162,11 +162,11 @@ def restart_seconds(config: SimConfig, jobs: JobArrays, multi_type: bool) -> np.
 
 def _packing_by_type(config: SimConfig, jobs, policy_options: dict):
     """active jobs -> ClassPairs, when max_min_fairness packs rigid jobs from a pair table
-    with no option the class program ignores (optsched.sim.packed_classes); else None."""
+    with no option the class program ignores (optsched.packed_classes); else None."""
     if not (config.packing and config.policy == "max_min_fairness" and config.aggregate and config.partitions == 1
             and jobs.pair_table is not None and not jobs.any_elastic and set(policy_options) <= {"packing"}):
         return None
-    from optsched.sim.packed_classes import ClassPairs
+    from optsched.packed_classes import ClassPairs
     from optsched.sim.packing import _class_rates
 
     kinds = sorted(set(jobs.job_type))

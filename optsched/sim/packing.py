@@ -8,7 +8,7 @@ types with the best packing gain t_a/T_a + t_b/T_b first, members of a partner
 type spread over the job's own members — so a round's Instance carries O(n·d)
 pairs, never all O(n²). The policy's admission rule (formulations/base.py
 ``admitted_pairs``) then keeps the pairs worth packing. (max_min_fairness
-does better: every pair, solved over job types, optsched/sim/packed_classes.py;
+does better: every pair, solved over job types, optsched/packed_classes.py;
 these candidates are then its fallback.)
 """
 

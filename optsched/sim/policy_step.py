@@ -21,6 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from optsched.model import Allocation, Instance
+from optsched.packed_classes import row_classes as _identical_rows
 
 SYMMETRIC_POLICIES = frozenset({"max_min_fairness", "max_min_fairness_agnostic"})
 
@@ -45,13 +46,13 @@ def compute_allocation(
     cache: ClassSolveCache | None = None, partitions: int = 1, pair_classes=None, **options,
 ) -> Allocation:
     """``partitions`` > 1: POP's merged solve over job groups (never class-merged: POP splits jobs).
-    ``pair_classes`` (optsched.sim.packed_classes.ClassPairs): max_min_fairness with packing over
+    ``pair_classes`` (optsched.packed_classes.ClassPairs): max_min_fairness with packing over
     every pair of jobs, solved over job types (the per-job path over the instance's candidate
     pairs only when the class program does not apply)."""
     from optsched.policy import solve_instance
 
     if pair_classes is not None and inst.n > 1:
-        from optsched.sim.packed_classes import solve_packed_classes
+        from optsched.packed_classes import solve_packed_classes
 
         a = solve_packed_classes(inst, pair_classes, time_limit)
         if a is not None:
@@ -102,19 +103,3 @@ def compute_allocation(
         effective_throughput=(inst.throughput * X).sum(axis=1),
         explanation={"job_classes": int(len(first)), **{k: v for k, v in a.explanation.items() if k in ("gpu_price", "capacity", "capacity_used")}},
     )
-
-
-def _identical_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first, inverse, counts) of np.unique(key, axis=0, ...): classes in
-    lexicographic row order, each class's first row, every row's class. Same
-    result, without np.unique's structured-dtype detour (~0.1 ms per call)."""
-    order = np.lexsort(key.T[::-1])  # stable, first column most significant
-    ordered = key[order]
-    new_class = np.empty(len(key), dtype=bool)
-    new_class[:1] = True
-    new_class[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
-    starts = np.flatnonzero(new_class)
-    inverse = np.empty(len(key), dtype=np.int64)
-    inverse[order] = np.cumsum(new_class) - 1
-    counts = np.diff(np.append(starts, len(key)))
-    return order[starts], inverse, counts

@@ -70,10 +70,9 @@ def class_program(inst: Instance, pc: ClassPairs) -> ClassProgram | None:
     """The classes and admitted class pairs; None when the jobs are not interchangeable
     within a class (a job type packed with itself at two different rates)."""
     from optsched.formulations.max_min_fairness import normalized_throughput
-    from optsched.sim.policy_step import _identical_rows
 
     key = np.column_stack([pc.labels, inst.throughput, inst.scale_factor, inst.weight])
-    first, inverse, counts = _identical_rows(key)
+    first, inverse, counts = row_classes(key)
     members = [np.flatnonzero(inverse == c) for c in range(len(first))]
     A = normalized_throughput(inst)[first]
     T, sf = inst.throughput[first], inst.scale_factor[first]
@@ -224,3 +223,19 @@ def solve_packed_classes(inst: Instance, pc: ClassPairs, time_limit: float = 60.
     t3 = time.perf_counter()
     return Allocation.of(inst, "max_min_fairness", X, "optimal", float(share.min()), t3 - t0, thr, explanation,
                          build_seconds=t1 - t0, solver_seconds=t2 - t1, decode_seconds=t3 - t2, **packed)
+
+
+def row_classes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, inverse, counts) of np.unique(key, axis=0, ...): classes in
+    lexicographic row order, each class's first row, every row's class. Same
+    result, without np.unique's structured-dtype detour (~0.1 ms per call)."""
+    order = np.lexsort(key.T[::-1])  # stable, first column most significant
+    ordered = key[order]
+    new_class = np.empty(len(key), dtype=bool)
+    new_class[:1] = True
+    new_class[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    starts = np.flatnonzero(new_class)
+    inverse = np.empty(len(key), dtype=np.int64)
+    inverse[order] = np.cumsum(new_class) - 1
+    counts = np.diff(np.append(starts, len(key)))
+    return order[starts], inverse, counts
