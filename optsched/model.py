@@ -313,6 +313,13 @@ class Snapshot(_Strict):
     cluster: Cluster
     jobs: list[Job] = Field(default_factory=list, max_length=MAX_JOBS)
     entity_weights: dict[str, float] | None = None
+    # Space sharing by job type: {model_a: {model_b: {gpu_type: [t_a, t_b]}}}, steps/s of a job of
+    # model_a and one of model_b packed on the same GPUs (jobs[].model names them). max_min_fairness
+    # --packing then packs over every pair of jobs, solved over the models (optsched/packed_classes.py).
+    # Not together with jobs[].colocated (pairs listed one by one).
+    colocation: dict[str, dict[str, dict[str, tuple[float, float]]]] | None = Field(
+        default=None, description="Pair throughputs by model: {model_a: {model_b: {gpu_type: [steps/s of a, "
+        "steps/s of b]}}} (space sharing over every pair of jobs; max_min_fairness).")
     # Allocator state (optional): rounds received per job and type, the
     # current placement, the prior allocation.
     rounds_received: dict[str, dict[str, float]] | None = None
@@ -359,7 +366,37 @@ class Snapshot(_Strict):
         for e, w in (self.entity_weights or {}).items():
             if not math.isfinite(w) or not MIN_WEIGHT <= w <= MAX_WEIGHT:
                 raise ValueError(f"entity_weights[{e!r}] must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g} ({w})")
+        if self.colocation is not None:
+            _check_colocation(self.colocation, self.jobs, types)
         return self
+
+
+def _check_colocation(table: dict, jobs: list["Job"], types: set[str]) -> None:
+    """Pair throughputs by model: known types, rates 0 or in the throughput range, both
+    orders of a pair in agreement, a bounded size, and not mixed with jobs[].colocated."""
+    i = next((i for i, j in enumerate(jobs) if j.colocated), None)
+    if i is not None:
+        raise ValueError(f"colocation: pair throughputs are given by model here, so jobs[{i}].colocated (by job "
+                         "pair) cannot be given too")
+    entries = sum(len(per_b) for per_b in table.values())
+    if entries > MAX_JOBS:
+        raise ValueError(f"colocation: {entries:,} model pairs exceed the limit of {MAX_JOBS:,}")
+    for a, per_b in table.items():
+        for b, per_t in per_b.items():
+            for t, rates in per_t.items():
+                where = f"colocation[{a!r}][{b!r}][{t!r}]"
+                if t not in types:
+                    raise ValueError(f"{where}: unknown GPU type {t!r}")
+                if not all(math.isfinite(r) and (r == 0 or MIN_THROUGHPUT <= r <= MAX_THROUGHPUT) for r in rates):
+                    raise ValueError(f"{where}: rates must be finite: 0 or between {MIN_THROUGHPUT:g} and "
+                                     f"{MAX_THROUGHPUT:g} steps/s ({list(rates)})")
+                if a == b and not np.isclose(rates[0], rates[1], rtol=1e-9, atol=0.0):
+                    raise ValueError(f"{where}: two jobs of one model packed together run alike, but the rates "
+                                     f"differ ({list(rates)})")
+                back = table.get(b, {}).get(a, {}).get(t)
+                if a != b and back is not None and not np.allclose(rates, back[::-1], rtol=1e-9, atol=0.0):
+                    raise ValueError(f"{where}: {list(rates)} disagrees with colocation[{b!r}][{a!r}][{t!r}] "
+                                     f"= {list(back)} (the same pair, the other order)")
 
 
 def _lone_surrogate(obj: Any, path: str, depth: int = 0) -> str | None:
@@ -708,13 +745,35 @@ class Instance:
             entity_weights=dict(snap.entity_weights) if snap.entity_weights else None,
             **_pair_arrays(snap, types),
             elastic=_elastic_info(snap, types),
-            extras=_resource_extras(snap, types),
+            extras={**_resource_extras(snap, types), **_colocation_extras(snap, types)},
         )
 
     def equal_share(self) -> np.ndarray:
         """X^equal[m, j] = W_j / Σ W (Gavel's proportional share), only on types the job can use."""
         share = np.broadcast_to(self.capacity / max(self.capacity.sum(), 1e-12), (self.n, self.k))
         return np.where(self.available, share, 0.0)
+
+
+def _colocation_extras(snap: Snapshot, types: tuple[str, ...]) -> dict:
+    """{"colocation": (labels, rates)} when the snapshot gives pair throughputs by model:
+    labels[m] = index of job m's model, rates[(a, b)] = (k, 2) steps/s of models a, b packed."""
+    if snap.colocation is None:
+        return {}
+    models = sorted({j.model for j in snap.jobs})
+    index = {m: i for i, m in enumerate(models)}
+    col = {t: c for c, t in enumerate(types)}
+    rates: dict[tuple[int, int], np.ndarray] = {}
+    for a, per_b in snap.colocation.items():
+        for b, per_t in per_b.items():
+            if a not in index or b not in index:
+                continue  # a model no job of this snapshot has
+            r = np.zeros((len(types), 2))
+            for t, pair in per_t.items():
+                r[col[t]] = pair
+            rates[index[a], index[b]] = r
+            rates.setdefault((index[b], index[a]), r[:, ::-1].copy())
+    labels = np.fromiter((index[j.model] for j in snap.jobs), dtype=np.int64, count=len(snap.jobs))
+    return {"colocation": (labels, rates)}
 
 
 def _resource_extras(snap: Snapshot, types: tuple[str, ...]) -> dict:

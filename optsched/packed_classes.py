@@ -239,3 +239,28 @@ def row_classes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inverse[order] = np.cumsum(new_class) - 1
     counts = np.diff(np.append(starts, len(key)))
     return order[starts], inverse, counts
+
+
+def solve_by_model(inst: Instance, policy: str, time_limit: float, options: dict) -> Allocation | None:
+    """A snapshot's pair throughputs by model (``inst.extras["colocation"]``): max_min_fairness
+    packs over every pair of jobs through the class program; None when nothing packs (the
+    per-job path then solves the program without pairs). Other policies, and options the
+    class program does not take, are refused naming ``colocation``."""
+    from optsched.model import OptschedError
+
+    if policy != "max_min_fairness" or set(options) - {"packing"}:
+        extra = f" (with {', '.join(sorted(set(options) - {'packing'}))})" if policy == "max_min_fairness" else ""
+        raise OptschedError(f"colocation: pair throughputs by model pack with max_min_fairness only, not with "
+                            f"{policy}{extra}; list jobs[].colocated pairs for that")
+    labels, table = inst.extras["colocation"]
+    k = inst.k
+
+    def rates(a: int, b: int) -> np.ndarray:
+        return table.get((a, b), np.zeros((k, 2)))
+
+    pc = ClassPairs(labels, rates)
+    cp = class_program(inst, pc)
+    if cp is None:
+        raise OptschedError("colocation: a model packed with itself must give both jobs the same rate (the two "
+                            "roles of such a pair are not interchangeable); list jobs[].colocated pairs instead")
+    return solve_packed_classes(inst, pc, time_limit) if len(cp.q) else None

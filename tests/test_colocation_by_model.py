@@ -1,0 +1,119 @@
+"""A snapshot's pair throughputs by model (``colocation``): max_min_fairness --packing over
+every pair of jobs, through the class program, equals the per-job program with every pair
+listed in jobs[].colocated; bad tables are one-line errors naming the entry."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from optsched import parse_snapshot, solve
+from optsched.cli import app
+from optsched.model import OptschedError
+
+TYPES = ("v100", "k80")
+
+
+def by_model(seed: int, n: int, models: int) -> dict:
+    rng = np.random.default_rng(seed)
+    names = [f"m{i}" for i in range(models)]
+    speed = {m: {t: float(rng.uniform(0.5, 8)) for t in TYPES if rng.random() > 0.2 or t == "v100"} for m in names}
+    table: dict = {}
+    for i, a in enumerate(names):
+        for b in names[i:]:
+            per = {}
+            for t in TYPES:
+                if t in speed[a] and t in speed[b] and rng.random() > 0.2:
+                    ra = float(speed[a][t] * rng.uniform(0.3, 0.9))
+                    rb = ra if a == b else float(speed[b][t] * rng.uniform(0.3, 0.9))
+                    per[t] = [ra, rb]
+            if per:
+                table.setdefault(a, {})[b] = per
+    jobs = [{"id": f"j{m}", "model": (mm := names[int(rng.integers(models))]), "throughput": speed[mm]}
+            for m in range(n)]
+    gpus = {t: int(rng.integers(1, max(2, n // 3))) for t in TYPES}
+    return {"cluster": {"gpus": gpus}, "jobs": jobs, "colocation": table}
+
+
+def per_pair(snap: dict) -> dict:
+    """The same snapshot with every pair listed in jobs[].colocated."""
+    out = copy.deepcopy(snap)
+    table = out.pop("colocation")
+
+    def rate(a, b, t):
+        if t in table.get(a, {}).get(b, {}):
+            return table[a][b][t]
+        if t in table.get(b, {}).get(a, {}):
+            return table[b][a][t][::-1]
+        return None
+
+    jobs = out["jobs"]
+    for i, ja in enumerate(jobs):
+        listed = {}
+        for jb in jobs[i + 1:]:
+            d = {t: r for t in TYPES if (r := rate(ja["model"], jb["model"], t)) is not None}
+            if d:
+                listed[jb["id"]] = d
+        if listed:
+            ja["colocated"] = listed
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 16), st.integers(1, 4))
+def test_by_model_equals_every_pair_listed(seed, n, models):
+    snap = by_model(seed, n, models)
+    ours = solve(parse_snapshot(snap), "max_min_fairness", packing=True)
+    listed = solve(parse_snapshot(per_pair(snap)), "max_min_fairness", packing=True, max_partners=None)
+    assert ours.status == "optimal"
+    assert ours.objective == pytest.approx(listed.objective, rel=1e-6, abs=1e-9)
+
+
+def test_cli_solve_packs_by_model(tmp_path):
+    snap = by_model(7, 12, 3)
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(snap))
+    res = CliRunner().invoke(app, ["solve", str(path), "--packing", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["status"] == "optimal" and out["explanation"]["job_classes"] >= 1 and out.get("packed_allocation")
+
+
+def _with(snap: dict, fn) -> dict:
+    s = copy.deepcopy(snap)
+    fn(s)
+    return s
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s["jobs"][0].update(colocated={"j1": {"v100": [1.0, 1.0]}}),
+     "colocation: pair throughputs are given by model here, so jobs[0].colocated"),
+    (lambda s: s["colocation"].setdefault("m0", {}).setdefault("m1", {}).update(a100=[1.0, 1.0]),
+     "colocation['m0']['m1']['a100']: unknown GPU type"),
+    (lambda s: s["colocation"].setdefault("m0", {}).setdefault("m1", {}).update(v100=[1e-300, 1.0]),
+     "colocation['m0']['m1']['v100']: rates must be finite"),
+    (lambda s: (s["colocation"].setdefault("m0", {}).setdefault("m1", {}).update(v100=[1.0, 2.0]),
+                s["colocation"].setdefault("m1", {}).setdefault("m0", {}).update(v100=[1.0, 2.0])),
+     "colocation['m0']['m1']['v100']: [1.0, 2.0] disagrees with colocation['m1']['m0']['v100']"),
+])
+def test_bad_tables_are_named(change, message):
+    with pytest.raises(OptschedError, match=r"^invalid snapshot: " + message.replace("[", r"\[").replace("]", r"\]")):
+        parse_snapshot(_with(by_model(1, 6, 2), change))
+
+
+def test_other_policies_and_asymmetric_self_pairs_are_refused():
+    snap = by_model(2, 8, 2)
+    with pytest.raises(OptschedError, match="^colocation: pair throughputs by model pack with max_min_fairness only"):
+        solve(parse_snapshot(snap), "finish_time_fairness", packing=True)
+    snap["colocation"] = {"m0": {"m0": {"v100": [1.0, 2.0]}}}
+    with pytest.raises(OptschedError, match=r"^invalid snapshot: colocation\['m0'\]\['m0'\]\['v100'\]: two jobs of one model"):
+        parse_snapshot(snap)
+    # Without --packing the table is not used: the plain program.
+    snap["colocation"] = {"m0": {"m0": {"v100": [1.0, 1.0]}}}
+    assert solve(parse_snapshot(snap), "max_min_fairness").status == "optimal"
