@@ -279,6 +279,13 @@ def test_oversize_malformed_and_unknown_get_the_right_4xx(secure):
         r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": no_steps, "policy": "makespan",
                                                        "partitions": partitions}, headers=h)
         assert r.status_code == 422 and r.json()["field"] == "snapshot.jobs[1].steps_total", r.json()
+    by_model = {"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": f"m{i}", "model": "x", "throughput": {"v100": 1.0}}
+                                                          for i in range(3)],
+                "colocation": {"x": {"x": {"v100": [0.7, 0.7]}}}}
+    r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": by_model, "policy": "makespan", "packing": True}, headers=h)
+    assert r.status_code == 422 and r.json()["field"] == "snapshot.colocation", r.json()
+    r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": by_model, "packing": True}, headers=h)
+    assert r.status_code == 200 and r.json()["packed_allocation"], r.json()
     r = httpx.post(f"{secure.url}/v1/sessions/unknown/rounds", json={}, headers=h)
     assert r.status_code == 404 and "unknown" in r.json()["detail"]
     r = httpx.get(f"{secure.url}/v1/sessions/unknown", headers=h)

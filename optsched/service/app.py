@@ -315,7 +315,7 @@ def _solve(req: SolveRequest, limits: Limits) -> dict:
         alloc = solve_maybe_partitioned(Instance.from_snapshot(req.snapshot), req.policy, req.partitions,
                                         req.solver, min(req.time_limit, limits.max_time_limit), workers=1, **options)
     except OptschedError as e:  # a policy names jobs[i] / cluster...: in this body they are under snapshot
-        if str(e).startswith(("jobs", "cluster")):
+        if str(e).startswith(("jobs", "cluster", "colocation")):
             e.args = (f"snapshot.{e}", *e.args[1:])
         raise
     out = alloc.to_dict()
