@@ -117,3 +117,27 @@ def test_other_policies_and_asymmetric_self_pairs_are_refused():
     # Without --packing the table is not used: the plain program.
     snap["colocation"] = {"m0": {"m0": {"v100": [1.0, 1.0]}}}
     assert solve(parse_snapshot(snap), "max_min_fairness").status == "optimal"
+
+
+def test_a_session_packs_by_model_and_refuses_mixing():
+    from optsched.service import Session, Store
+
+    table = {"x": {"x": {"v100": [0.7, 0.7]}, "y": {"v100": [0.6, 0.5]}}}
+
+    def session():
+        s = Session.create({"cluster": {"gpus": {"v100": 2}}, "packing": True, "colocation": table}, Store(":memory:"))
+        s.submit([{"id": f"a{i}", "model": "x", "throughput": {"v100": 1.0}} for i in range(3)]
+                 + [{"id": "b", "model": "y", "throughput": {"v100": 1.0}}])
+        return s
+
+    s, twin = session(), session()
+    rounds = [s.next_round()["placement"] for _ in range(3)]
+    slots = [(g["server"], g["gpu"]) for j in s.state()["jobs"] for g in j["gpus"]]
+    assert len(slots) > len(set(slots))  # some GPU is shared by a packed pair
+    assert [twin.next_round()["placement"] for _ in range(3)] == rounds  # deterministic
+    with pytest.raises(OptschedError, match=r"^jobs\[0\]\.colocated: this session gives pair throughputs by model"):
+        s.submit([{"id": "c", "model": "x", "throughput": {"v100": 1.0}, "colocated": {"b": {"v100": [0.5, 0.5]}}}])
+    with pytest.raises(OptschedError, match="^colocation: pair throughputs by model pack with max_min_fairness only"):
+        Session.create({"cluster": {"gpus": {"v100": 2}}, "packing": True, "policy": "makespan", "colocation": table})
+    with pytest.raises(OptschedError, match=r"^colocation\['x'\]\['x'\]\['a100'\]: unknown GPU type"):
+        Session.create({"cluster": {"gpus": {"v100": 2}}, "colocation": {"x": {"x": {"a100": [0.7, 0.7]}}}})

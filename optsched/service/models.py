@@ -119,7 +119,11 @@ class SessionConfig(_Body):
     solver: Literal[SOLVER_NAMES] = "auto"  # type: ignore[valid-type]
     time_limit: float = Field(default=30.0, gt=0, description="Solver time limit per recomputation, seconds "
                               "(capped by the server's --max-time-limit).")
-    packing: bool = Field(default=False, description="Space sharing (jobs need `colocated` pair throughputs).")
+    packing: bool = Field(default=False, description="Space sharing (jobs need `colocated` pair throughputs, or "
+                          "the session a `colocation` table by model).")
+    colocation: dict[str, dict[str, dict[str, tuple[float, float]]]] | None = Field(
+        default=None, description="Pair throughputs by model, as the snapshot's `colocation`: {model_a: {model_b: "
+        "{gpu_type: [steps/s of a, steps/s of b]}}} over the jobs' `model`; max_min_fairness packs over every pair.")
     partitions: int = Field(default=1, ge=1, le=1024, description=(
         "POP: each recomputation solves this many job groups (each with 1/K of every GPU type) and merges them "
         "(fractional policies, no packing)."))

@@ -269,12 +269,15 @@ class Session:
                 raise Conflict(f"jobs[{i}].id: job {jid!r} already exists in session {self.id!r}")
         known = set(active) | seen
         for i, j in enumerate(req.jobs):
+            if j.colocated and s["config"].get("colocation") is not None:
+                raise OptschedError(f"jobs[{i}].colocated: this session gives pair throughputs by model "
+                                    "(colocation), not per job pair")
             for other in j.colocated or {}:
                 if other not in known:
                     raise OptschedError(f"jobs[{i}].colocated: unknown job id {other!r}")
         # The snapshot contract's checks (types, fits somewhere, pair rates) on the new jobs.
         probe = [_snapshot_job(j.model_dump(exclude_none=True), keep=seen) for j in req.jobs]
-        _validate_snapshot({"cluster": s["config"]["cluster"], "jobs": probe})
+        _validate_snapshot({"cluster": s["config"]["cluster"], "jobs": probe, **_colocation(s["config"])})
         self._touch(*new_ids)
         for j in req.jobs:
             spec = j.model_dump(mode="json", exclude_none=True)
@@ -299,7 +302,8 @@ class Session:
         for k, v in changes.items():
             if v is None:
                 spec.pop(k, None)
-        _validate_snapshot({"cluster": self._s["config"]["cluster"], "jobs": [_snapshot_job(spec, keep={job_id})]},
+        _validate_snapshot({"cluster": self._s["config"]["cluster"], "jobs": [_snapshot_job(spec, keep={job_id})],
+                            **_colocation(self._s["config"])},
                            prefix="")
         self._touch(job_id)
         rec["spec"] = spec
@@ -595,7 +599,7 @@ class Session:
             if "goodput" in j and rec["restarts"]:
                 j["goodput"] = {**j["goodput"], "num_restarts": j["goodput"].get("num_restarts", 0) + rec["restarts"]}
             jobs.append(j)
-        doc: dict[str, Any] = {"time": t, "cluster": s["config"]["cluster"], "jobs": jobs}
+        doc: dict[str, Any] = {"time": t, "cluster": s["config"]["cluster"], "jobs": jobs, **_colocation(s["config"])}
         if any("goodput" in j for j in jobs):
             doc["placement"] = {j: slots for j, slots in s["allocator"].get("placement", {}).items() if j in keep}
             return _validate_snapshot(doc)
@@ -603,7 +607,8 @@ class Session:
         # submitted or changed, and the bookkeeping is the session's own numbers,
         # so the snapshot is assembled without validating it again (a third of a
         # round's time at 2,000 jobs).
-        return Snapshot.model_construct(time=t, cluster=self.cluster, jobs=[Job.model_construct(**j) for j in jobs])
+        return Snapshot.model_construct(time=t, cluster=self.cluster, jobs=[Job.model_construct(**j) for j in jobs],
+                                        colocation=self.config.colocation)
 
     # ------------------------------------------------------------------ reads
 
@@ -736,6 +741,12 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     from optsched.policy import check_packing
 
     check_packing(cfg.policy, cfg.packing)  # at creation, not as a failure of every round
+    if cfg.colocation is not None:  # the snapshot's checks of the table, and the policies it packs with
+        _validate_snapshot({"cluster": cfg.cluster.model_dump(exclude_none=True), "jobs": [],
+                            "colocation": cfg.colocation})
+        if cfg.packing and cfg.policy != "max_min_fairness":
+            raise OptschedError(f"colocation: pair throughputs by model pack with max_min_fairness only, not with "
+                                f"{cfg.policy}; give jobs colocated pairs for that")
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")
@@ -787,6 +798,11 @@ def _snapshot_job(spec: dict, keep: set[str]) -> dict:
         else:
             del j["colocated"]
     return j
+
+
+def _colocation(config: dict) -> dict:
+    """The session's pair throughputs by model, as a snapshot field (empty when it has none)."""
+    return {"colocation": config["colocation"]} if config.get("colocation") is not None else {}
 
 
 def _validate_snapshot(doc: dict, prefix: str = "") -> Snapshot:
