@@ -396,7 +396,8 @@ def _check_colocation(table: dict, jobs: list["Job"], types: set[str]) -> None:
                 back = table.get(b, {}).get(a, {}).get(t)
                 if a != b and back is not None and not np.allclose(rates, back[::-1], rtol=1e-9, atol=0.0):
                     raise ValueError(f"{where}: {list(rates)} disagrees with colocation[{b!r}][{a!r}][{t!r}] "
-                                     f"= {list(back)} (the same pair, the other order)")
+                                     f"= {list(back)}, the same pair in the other order (read in this order: "
+                                     f"{list(back[::-1])})")
 
 
 def _lone_surrogate(obj: Any, path: str, depth: int = 0) -> str | None:
@@ -767,11 +768,11 @@ def _colocation_extras(snap: Snapshot, types: tuple[str, ...]) -> dict:
         for b, per_t in per_b.items():
             if a not in index or b not in index:
                 continue  # a model no job of this snapshot has
-            r = np.zeros((len(types), 2))
-            for t, pair in per_t.items():
-                r[col[t]] = pair
-            rates[index[a], index[b]] = r
-            rates.setdefault((index[b], index[a]), r[:, ::-1].copy())
+            ab = rates.setdefault((index[a], index[b]), np.zeros((len(types), 2)))
+            ba = rates.setdefault((index[b], index[a]), np.zeros((len(types), 2)))
+            for t, pair in per_t.items():  # a pair's types may be split over its two orders (they agree where both)
+                ab[col[t]] = pair
+                ba[col[t]] = pair[::-1]
     labels = np.fromiter((index[j.model] for j in snap.jobs), dtype=np.int64, count=len(snap.jobs))
     return {"colocation": (labels, rates)}
 

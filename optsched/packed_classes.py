@@ -252,6 +252,8 @@ def solve_by_model(inst: Instance, policy: str, time_limit: float, options: dict
         extra = f" (with {', '.join(sorted(set(options) - {'packing'}))})" if policy == "max_min_fairness" else ""
         raise OptschedError(f"colocation: pair throughputs by model pack with max_min_fairness only, not with "
                             f"{policy}{extra}; list jobs[].colocated pairs for that")
+    if inst.n < 2:
+        return None  # nothing to pair
     labels, table = inst.extras["colocation"]
     k = inst.k
 

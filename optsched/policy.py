@@ -188,7 +188,7 @@ def solve_instance(
     for policies that are one block LP (POP's sibling partitions); others ignore it."""
     options.pop("fast", None)
     check_packing(policy, bool(options.get("packing")))
-    if options.get("packing") and "colocation" in inst.extras and inst.n > 1:
+    if options.get("packing") and "colocation" in inst.extras:
         from optsched.packed_classes import solve_by_model
 
         packed = solve_by_model(inst, policy, time_limit, options)

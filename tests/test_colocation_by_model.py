@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import numpy as np
 import pytest
@@ -75,6 +76,17 @@ def test_by_model_equals_every_pair_listed(seed, n, models):
     assert ours.objective == pytest.approx(listed.objective, rel=1e-6, abs=1e-9)
 
 
+def test_a_pair_split_over_its_two_orders_keeps_every_type():
+    """m1→m2 lists v100 and m2→m1 lists k80: both types pack (the k80 rates were dropped: 0.7 for 0.9)."""
+    jobs = [{"id": i, "model": m, "throughput": {"v100": 10, "k80": 10}}
+            for i, m in (("a", "m1"), ("b", "m2"), ("c", "m2"), ("d", "m1"))]
+    snap = {"cluster": {"gpus": {"v100": 1, "k80": 1}}, "jobs": jobs,
+            "colocation": {"m1": {"m2": {"v100": [9, 9]}}, "m2": {"m1": {"k80": [9, 9]}}}}
+    ours = solve(parse_snapshot(snap), "max_min_fairness", packing=True)
+    listed = solve(parse_snapshot(per_pair(snap)), "max_min_fairness", packing=True, max_partners=None)
+    assert ours.objective == pytest.approx(listed.objective, rel=1e-9) and ours.objective == pytest.approx(0.9)
+
+
 def test_cli_solve_packs_by_model(tmp_path):
     snap = by_model(7, 12, 3)
     path = tmp_path / "s.json"
@@ -100,17 +112,20 @@ def _with(snap: dict, fn) -> dict:
      "colocation['m0']['m1']['v100']: rates must be finite"),
     (lambda s: (s["colocation"].setdefault("m0", {}).setdefault("m1", {}).update(v100=[1.0, 2.0]),
                 s["colocation"].setdefault("m1", {}).setdefault("m0", {}).update(v100=[1.0, 2.0])),
-     "colocation['m0']['m1']['v100']: [1.0, 2.0] disagrees with colocation['m1']['m0']['v100']"),
+     "colocation['m0']['m1']['v100']: [1.0, 2.0] disagrees with colocation['m1']['m0']['v100'] = [1.0, 2.0], "
+     "the same pair in the other order (read in this order: [2.0, 1.0])"),
 ])
 def test_bad_tables_are_named(change, message):
-    with pytest.raises(OptschedError, match=r"^invalid snapshot: " + message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(OptschedError, match=r"^invalid snapshot: " + re.escape(message)):
         parse_snapshot(_with(by_model(1, 6, 2), change))
 
 
 def test_other_policies_and_asymmetric_self_pairs_are_refused():
     snap = by_model(2, 8, 2)
-    with pytest.raises(OptschedError, match="^colocation: pair throughputs by model pack with max_min_fairness only"):
-        solve(parse_snapshot(snap), "finish_time_fairness", packing=True)
+    for jobs in (8, 1):  # (with one job too: the refusal does not depend on the job count)
+        one = {**snap, "jobs": snap["jobs"][:jobs]}
+        with pytest.raises(OptschedError, match="^colocation: pair throughputs by model pack with max_min_fairness"):
+            solve(parse_snapshot(one), "finish_time_fairness", packing=True)
     snap["colocation"] = {"m0": {"m0": {"v100": [1.0, 2.0]}}}
     with pytest.raises(OptschedError, match=r"^invalid snapshot: colocation\['m0'\]\['m0'\]\['v100'\]: two jobs of one model"):
         parse_snapshot(snap)
