@@ -371,6 +371,14 @@ class Snapshot(_Strict):
         return self
 
 
+_RATES_RANGE = f"rates must be finite: 0 or between {MIN_THROUGHPUT:g} and {MAX_THROUGHPUT:g} steps/s"
+
+
+def _rates_in_range(rates) -> bool:
+    """Pair rates (jobs[].colocated, colocation) in the documented throughput range."""
+    return all(math.isfinite(r) and (r == 0 or MIN_THROUGHPUT <= r <= MAX_THROUGHPUT) for r in rates)
+
+
 def _check_colocation(table: dict, jobs: list["Job"], types: set[str]) -> None:
     """Pair throughputs by model: known types, rates 0 or in the throughput range, both
     orders of a pair in agreement, a bounded size, and not mixed with jobs[].colocated."""
@@ -387,9 +395,8 @@ def _check_colocation(table: dict, jobs: list["Job"], types: set[str]) -> None:
                 where = f"colocation[{a!r}][{b!r}][{t!r}]"
                 if t not in types:
                     raise ValueError(f"{where}: unknown GPU type {t!r}")
-                if not all(math.isfinite(r) and (r == 0 or MIN_THROUGHPUT <= r <= MAX_THROUGHPUT) for r in rates):
-                    raise ValueError(f"{where}: rates must be finite: 0 or between {MIN_THROUGHPUT:g} and "
-                                     f"{MAX_THROUGHPUT:g} steps/s ({list(rates)})")
+                if not _rates_in_range(rates):
+                    raise ValueError(f"{where}: {_RATES_RANGE} ({list(rates)})")
                 if a == b and not np.isclose(rates[0], rates[1], rtol=1e-9, atol=0.0):
                     raise ValueError(f"{where}: two jobs of one model packed together run alike, but the rates "
                                      f"differ ({list(rates)})")
@@ -484,9 +491,8 @@ def _check_colocated(i: int, job: "Job", ids: set[str], types: set[str]) -> None
         for t, rates in per_type.items():
             if t not in types:
                 raise ValueError(f"jobs[{i}].colocated[{other!r}]: unknown GPU type {t!r}")
-            if not all(math.isfinite(r) and (r == 0 or MIN_THROUGHPUT <= r <= MAX_THROUGHPUT) for r in rates):
-                raise ValueError(f"jobs[{i}].colocated[{other!r}][{t!r}]: rates must be finite: 0 or between "
-                                 f"{MIN_THROUGHPUT:g} and {MAX_THROUGHPUT:g} steps/s ({list(rates)})")
+            if not _rates_in_range(rates):
+                raise ValueError(f"jobs[{i}].colocated[{other!r}][{t!r}]: {_RATES_RANGE} ({list(rates)})")
 
 
 class GpuSlot(_Strict):

@@ -156,3 +156,51 @@ def test_a_session_packs_by_model_and_refuses_mixing():
         Session.create({"cluster": {"gpus": {"v100": 2}}, "packing": True, "policy": "makespan", "colocation": table})
     with pytest.raises(OptschedError, match=r"^colocation\['x'\]\['x'\]\['a100'\]: unknown GPU type"):
         Session.create({"cluster": {"gpus": {"v100": 2}}, "colocation": {"x": {"x": {"a100": [0.7, 0.7]}}}})
+
+
+def test_too_many_classes_is_refused_before_the_work_grows(monkeypatch):
+    """Jobs of one model with different throughputs are different classes: past the bound the
+    class program is as large as the per-job one, so it is refused at once, naming colocation."""
+    import optsched.packed_classes as pcm
+
+    monkeypatch.setattr(pcm, "MAX_CLASS_PAIRS", 50)
+    snap = {"cluster": {"gpus": {"v100": 4}}, "colocation": {"x": {"x": {"v100": [0.7, 0.7]}}},
+            "jobs": [{"id": f"j{i}", "model": "x", "throughput": {"v100": 1.0 + i / 100}} for i in range(20)]}
+    with pytest.raises(OptschedError, match=r"^colocation: the jobs form 20 classes"):
+        solve(parse_snapshot(snap), "max_min_fairness", packing=True)
+    for j in snap["jobs"]:
+        j["throughput"] = {"v100": 1.0}  # one class: packs
+    assert solve(parse_snapshot(snap), "max_min_fairness", packing=True).explanation["job_classes"] == 1
+
+
+@pytest.mark.parametrize("jobs", [0, 1])
+def test_no_pair_to_make_is_the_plain_program(jobs):
+    snap = {"cluster": {"gpus": {"v100": 2}}, "colocation": {"x": {"x": {"v100": [0.7, 0.7]}}},
+            "jobs": [{"id": f"j{i}", "model": "x", "throughput": {"v100": 1.0}} for i in range(jobs)]}
+    alloc = solve(parse_snapshot(snap), "max_min_fairness", packing=True)
+    assert len(alloc.pairs) == 0 and (jobs == 0 or alloc.status == "optimal")
+
+
+def test_an_unsolved_class_program_falls_back_with_a_status(monkeypatch):
+    """A solver failure (a time limit) is the documented fallback, never a silent unpacked 'optimal';
+    in the simulator the per-job path over the candidate pairs takes over."""
+    from optsched.solvers import lp as lp_module
+
+    import dataclasses
+
+    real = lp_module.solve_lp
+
+    def failing(*args, **kwargs):  # the class program's backend hits its time limit
+        sol = real(*args, **kwargs)
+        return dataclasses.replace(sol, ok=False, status="time_limit") if kwargs.get("backend") == "highs-simplex" \
+            else sol
+
+    monkeypatch.setattr(lp_module, "solve_lp", failing)
+    snap = by_model(3, 8, 2)
+    alloc = solve(parse_snapshot(snap), "max_min_fairness", packing=True)
+    assert alloc.status.startswith("fallback:") and np.isnan(alloc.objective)
+    from optsched.packed_classes import solve_packed_classes
+    from test_sim_packed_classes import class_instance
+
+    inst, pc = class_instance(3, 2, 8)
+    assert solve_packed_classes(inst, pc) is None

@@ -744,9 +744,10 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     if cfg.colocation is not None:  # the snapshot's checks of the table, and the policies it packs with
         _validate_snapshot({"cluster": cfg.cluster.model_dump(exclude_none=True), "jobs": [],
                             "colocation": cfg.colocation})
-        if cfg.packing and cfg.policy != "max_min_fairness":
-            raise OptschedError(f"colocation: pair throughputs by model pack with max_min_fairness only, not with "
-                                f"{cfg.policy}; give jobs colocated pairs for that")
+        if cfg.packing:
+            from optsched.packed_classes import check_by_model
+
+            check_by_model(cfg.policy, {"packing": True})
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")

@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from optsched.model import Allocation, Instance
-from optsched.packed_classes import row_classes as _identical_rows
+from optsched.packed_classes import row_classes
 
 SYMMETRIC_POLICIES = frozenset({"max_min_fairness", "max_min_fairness_agnostic"})
 
@@ -68,7 +68,7 @@ def compute_allocation(
     # the same pattern are interchangeable even if their speeds differ.
     rows = (inst.throughput > 0).astype(float) if policy.endswith("_agnostic") else inst.throughput
     key = np.column_stack([rows, inst.scale_factor, inst.weight])
-    first, inverse, counts = _identical_rows(key)
+    first, inverse, counts = row_classes(key)
     if len(first) == inst.n:
         return solve_instance(inst, policy, solver, time_limit, **options)
     classes = Instance(
