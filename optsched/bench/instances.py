@@ -124,8 +124,7 @@ def packing_round(n: int, seed: int = 0, table_path: str | None = None):
 
     from optsched.model import OptschedError
     from optsched.sim.jobs import parse_cluster, resolve_jobs
-    from optsched.packed_classes import ClassPairs
-    from optsched.sim.packing import _class_rates
+    from optsched.sim.packing import by_job_type
     from optsched.sim.stages import ActiveSet
     from optsched.traces.generate import generate_gavel
     from optsched.traces.throughputs import read_throughputs
@@ -144,10 +143,7 @@ def packing_round(n: int, seed: int = 0, table_path: str | None = None):
                     weight=act.weight, capacity=np.array([cluster.gpus[t] for t in types], float),
                     steps_remaining=np.full(n, 1e6), elapsed_time=np.zeros(n), attained_service=np.zeros(n),
                     arrival_time=act.arrival, time=0.0, pairs=act.pairs, pair_throughput=act.pair_throughput)
-    kinds = sorted(set(jobs.job_type))
-    label = {t: i for i, t in enumerate(kinds)}
-    labels = np.array([label[jobs.job_type[m]] for m in act.index], dtype=np.int64)
-    return inst, ClassPairs(labels, lambda a, b: _class_rates(jobs, kinds[a], kinds[b]))
+    return inst, by_job_type(jobs)(act.index)
 
 
 def with_every_pair(inst: Instance, pc) -> Instance:

@@ -166,17 +166,9 @@ def _packing_by_type(config: SimConfig, jobs, policy_options: dict):
     if not (config.packing and config.policy == "max_min_fairness" and config.aggregate and config.partitions == 1
             and jobs.pair_table is not None and not jobs.any_elastic and set(policy_options) <= {"packing"}):
         return None
-    from optsched.packed_classes import ClassPairs
-    from optsched.sim.packing import _class_rates
+    from optsched.sim.packing import by_job_type
 
-    kinds = sorted(set(jobs.job_type))
-    label = {t: i for i, t in enumerate(kinds)}
-    of_job = np.array([label[t] for t in jobs.job_type], dtype=np.int64)
-
-    def rates(a: int, b: int) -> np.ndarray:
-        return _class_rates(jobs, kinds[a], kinds[b])
-
-    return lambda active: ClassPairs(of_job[np.asarray(active)], rates)
+    return by_job_type(jobs)
 
 
 def simulate_jobs(

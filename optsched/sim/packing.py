@@ -84,3 +84,18 @@ def packed_rate(jobs, m: np.ndarray, partner: np.ndarray, col: np.ndarray) -> np
     for i, (a, b, c) in enumerate(zip(m.tolist(), partner.tolist(), col.tolist())):
         out[i] = _class_rates(jobs, jobs.job_type[a], jobs.job_type[b])[c, 0]
     return out
+
+
+def by_job_type(jobs):
+    """active job indices -> ClassPairs (optsched.packed_classes): each job labelled by its
+    job type, pair rates from the table by job type."""
+    from optsched.packed_classes import ClassPairs
+
+    kinds = sorted(set(jobs.job_type))
+    label = {t: i for i, t in enumerate(kinds)}
+    of_job = np.array([label[t] for t in jobs.job_type], dtype=np.int64)
+
+    def rates(a: int, b: int) -> np.ndarray:
+        return _class_rates(jobs, kinds[a], kinds[b])
+
+    return lambda active: ClassPairs(of_job[np.asarray(active)], rates)
