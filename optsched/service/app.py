@@ -133,8 +133,16 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
     )
     app.state.store, app.state.registry, app.state.limits = store, registry, limits
     v1: list[Any] = [Depends(authorize)]
+    _add_error_handlers(app)
+    _add_stateless_routes(app, registry, limits, v1)
+    _add_session_routes(app, registry, limits, v1)
+    app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(_AccessLog)
+    return app
 
-    # ------------------------------------------------------------------ errors
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as JSON ``{"detail", "field"}`` with its status (module docstring)."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -163,7 +171,10 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
         log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
         return _error(500, "internal error (logged on the server)", None)
 
-    # ------------------------------------------------------------------ stateless
+
+def _add_stateless_routes(app: FastAPI, registry: Registry, limits: Limits, v1: list[Any]) -> None:
+    """/healthz, /v1/policies, /v1/solve."""
+    store = registry.store
 
     @app.get("/healthz", response_model=Health, tags=["service"])
     async def healthz():
@@ -193,7 +204,10 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
             raise OptschedError(f"snapshot.cluster.gpus: {total} GPUs exceed the server's limit of {limits.max_gpus}")
         return _json(await _in_thread(_solve, req, limits))
 
-    # ------------------------------------------------------------------ sessions
+
+def _add_session_routes(app: FastAPI, registry: Registry, limits: Limits, v1: list[Any]) -> None:
+    """/v1/sessions/...: each request holds its session's lock and runs in a worker thread."""
+    store = registry.store
 
     @app.post("/v1/sessions", status_code=201, response_model=SessionCreated, dependencies=v1, responses=ERRORS,
               tags=["sessions"])
@@ -283,10 +297,6 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
         async with registry.lock(sid):
             await registry.get(sid)  # 404 for an unknown session
             return _json({"events": await _in_thread(store.events, sid, after, limit)})
-
-    app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
-    app.add_middleware(_AccessLog)
-    return app
 
 
 # ---------------------------------------------------------------------- work in threads

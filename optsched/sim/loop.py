@@ -171,6 +171,83 @@ def _packing_by_type(config: SimConfig, jobs, policy_options: dict):
     return by_job_type(jobs)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What one simulation fixes before its first round (the loop's constants)."""
+
+    jobs: JobArrays
+    types: tuple
+    type_index: dict
+    capacity: np.ndarray  # GPUs per type
+    server: object  # stages' per-server GPU counts
+    index_of: dict  # job id -> row of ``jobs``
+    equal_thr_floor: np.ndarray  # divisor of the isolated-time credit
+    overhead: np.ndarray  # restart seconds per job
+    round_length: float
+    in_window: np.ndarray  # bool per job: counted by ``--window``
+
+    @classmethod
+    def of(cls, jobs: JobArrays, cluster: Cluster, config: SimConfig, in_window: np.ndarray) -> "_Run":
+        from optsched.sim.jobs import server_gpus
+
+        types = jobs.gpu_types
+        capacity = np.array([cluster.gpus[t] for t in types], dtype=float)
+        equal_thr = jobs.throughput @ capacity / capacity.sum()  # X^equal throughput (Gavel's proportional share)
+        return cls(jobs, types, {t: j for j, t in enumerate(types)}, capacity, server_gpus(cluster, types),
+                   {jid: m for m, jid in enumerate(jobs.job_ids)}, np.maximum(equal_thr, 1e-300),
+                   restart_seconds(config, jobs, len(types) > 1), config.resolved_round_length(jobs.any_elastic),
+                   in_window)
+
+
+def _policy_options(config: SimConfig, jobs: JobArrays) -> dict:
+    options = dict(config.policy_options)
+    if config.packing and config.policy != "gandiva":  # gandiva packs by itself once the instance has pairs
+        options.setdefault("packing", True)
+    if config.policy == "tiresias" and jobs.any_elastic:
+        # The Pollux simulator's Tiresias: two queues split at 16 GPU-hours, no starvation promotion.
+        options.setdefault("thresholds", (POLLUX_TIRESIAS_THRESHOLD,))
+        options.setdefault("starvation_factor", 0.0)
+    return options
+
+
+def _window(config: SimConfig, n: int) -> np.ndarray | None:
+    """The jobs ``--window`` [lo, hi) counts, or None for all."""
+    if config.window is None:
+        return None
+    lo, hi = config.window
+    window = np.arange(max(lo, 0), min(hi, n))
+    if window.size == 0:
+        raise OptschedError(f"--window: [{lo}, {hi}) selects no job of the {n} in the trace")
+    return window
+
+
+def _execute(run: _Run, ls: LoopState, st: SimState, allocator, plan, progress_rate, resources):
+    """Execution and completion of one round: (progress, duration, finished job rows)."""
+    jobs, types = run.jobs, run.types
+    speed = resources.speeds(plan, ls.allocation, jobs.job_ids) if resources is not None else None
+    prog = simulated_progress(plan, jobs, st, run.round_length, run.overhead, run.server, progress_rate, speed)
+    duration = float(prog.run.max()) if prog.run.size and prog.finished.all() else run.round_length
+    done = apply_progress(plan, prog, jobs, st, ls.now, run.equal_thr_floor, run.round_length)
+    act = np.asarray(ls.active)
+    st.config[act[~np.isin(act, plan.m)]] = -1  # not running this round
+    for jid in plan.preempted:
+        st.preemptions[run.index_of[jid]] += 1
+    for jid in plan.migrated:
+        st.migrations[run.index_of[jid]] += 1
+    for i in np.flatnonzero(prog.run < run.round_length).tolist():
+        allocator.record(jobs.job_ids[plan.m[i]], types[plan.col[i]], float(prog.run[i]))
+    if done.size:
+        allocator.remove([jobs.job_ids[m] for m in done])
+        done_set = set(done.tolist())
+        ls.active = [m for m in ls.active if m not in done_set]
+        ls.view = None
+        ls.demand -= float(jobs.scale_factor[done].sum())
+        if ls.window_left >= 0:
+            ls.window_left -= int(run.in_window[done].sum())
+        ls.dirty = True
+    return prog, duration, done
+
+
 def simulate_jobs(
     jobs: JobArrays,
     cluster: Cluster,
@@ -185,49 +262,27 @@ def simulate_jobs(
     ``resources``: jobs' CPU/memory profiles (stages.ResourceProfiles)."""
     from optsched.allocator import Allocator
     from optsched.policy import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
-    from optsched.sim.jobs import server_gpus
 
     config.validate(jobs.any_elastic)
     check_job_rounds(jobs, cluster, config)  # before the first round: a run over the bound is refused, not started
-    solver = config.solver  # "auto": optsched.policy picks the backend per problem
-    round_length = config.resolved_round_length(jobs.any_elastic)
-    allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=round_length,
-                          **config.allocator_options)
-    types = jobs.gpu_types
-    type_index = {t: j for j, t in enumerate(types)}
-    capacity = np.array([cluster.gpus[t] for t in types], dtype=float)
-    server = server_gpus(cluster, types)
-    total_gpus = capacity.sum()
     n = jobs.n
-    goodput_policy = config.policy in GOODPUT_POLICIES
-    fixed_batch = config.policy in FIXED_BATCH_POLICIES  # chooses GPU counts, keeps each job's batch size
-    st = SimState.empty(jobs, goodput_policy and not fixed_batch)
-    index_of = {jid: m for m, jid in enumerate(jobs.job_ids)}
-    equal_thr = jobs.throughput @ capacity / total_gpus  # X^equal throughput (Gavel's proportional share)
-    equal_thr_floor = np.maximum(equal_thr, 1e-300)  # divisor of the isolated-time credit
-    overhead = restart_seconds(config, jobs, len(types) > 1)
-    every = config.recompute_every
-    if every is None and config.policy in PER_ROUND_POLICIES:
-        every = 1
-    policy_options = dict(config.policy_options)
-    if config.packing and config.policy != "gandiva":  # gandiva packs by itself once the instance has pairs
-        policy_options.setdefault("packing", True)
-    if config.policy == "tiresias" and jobs.any_elastic:
-        # The Pollux simulator's Tiresias: two queues split at 16 GPU-hours, no starvation promotion.
-        policy_options.setdefault("thresholds", (POLLUX_TIRESIAS_THRESHOLD,))
-        policy_options.setdefault("starvation_factor", 0.0)
-
-    window = None
-    if config.window is not None:
-        lo, hi = config.window
-        window = np.arange(max(lo, 0), min(hi, n))
-        if window.size == 0:
-            raise OptschedError(f"--window: [{lo}, {hi}) selects no job of the {n} in the trace")
-    ls = LoopState(now=float(jobs.arrival[0]) if n else 0.0)
-    ls.window_left = int(window.size) if window is not None else -1
+    window = _window(config, n)
     in_window = np.zeros(n, dtype=bool)
     if window is not None:
         in_window[window] = True
+    run = _Run.of(jobs, cluster, config, in_window)
+    allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=run.round_length,
+                          **config.allocator_options)
+    total_gpus = run.capacity.sum()
+    goodput_policy = config.policy in GOODPUT_POLICIES
+    fixed_batch = config.policy in FIXED_BATCH_POLICIES  # chooses GPU counts, keeps each job's batch size
+    st = SimState.empty(jobs, goodput_policy and not fixed_batch)
+    every = config.recompute_every
+    if every is None and config.policy in PER_ROUND_POLICIES:
+        every = 1
+    policy_options = _policy_options(config, jobs)
+    ls = LoopState(now=float(jobs.arrival[0]) if n else 0.0)
+    ls.window_left = int(window.size) if window is not None else -1
 
     rounds: list[tuple] = []
     wall0 = _time.perf_counter()
@@ -258,12 +313,12 @@ def simulate_jobs(
         # --- policy ---
         recompute = should_recompute(ls, config.min_recompute_interval, every)
         solve_s = 0.0
-        inst = instance(ls.view, jobs, st, capacity, ls.now, overhead, server, goodput_policy, fixed_batch=fixed_batch,
-                        features=features, resources=resources)
+        inst = instance(ls.view, jobs, st, run.capacity, ls.now, run.overhead, run.server, goodput_policy,
+                        fixed_batch=fixed_batch, features=features, resources=resources)
         if recompute:
             t0 = _time.perf_counter()
             ls.allocation = compute_allocation(
-                inst, config.policy, solver, config.time_limit, config.aggregate and not config.packing,
+                inst, config.policy, config.solver, config.time_limit, config.aggregate and not config.packing,
                 cache=class_cache, partitions=config.partitions,
                 pair_classes=by_type(ls.active) if by_type is not None else None, **policy_options,
             )
@@ -272,36 +327,13 @@ def simulate_jobs(
             ls.recomputations += 1
             ls.last_recompute, ls.dirty, ls.rounds_since = ls.now, False, 0
 
-        # --- allocator / placement ---
-        plan = allocate(allocator, inst, ls.allocation, jobs, st, index_of, type_index)
-
-        # --- progress (execution) ---
-        speed = resources.speeds(plan, ls.allocation, jobs.job_ids) if resources is not None else None
-        prog = simulated_progress(plan, jobs, st, round_length, overhead, server, progress_rate, speed)
-        duration = float(prog.run.max()) if prog.run.size and prog.finished.all() else round_length
-        done = apply_progress(plan, prog, jobs, st, ls.now, equal_thr_floor, round_length)
-        act = np.asarray(ls.active)
-        st.config[act[~np.isin(act, plan.m)]] = -1  # not running this round
-        for jid in plan.preempted:
-            st.preemptions[index_of[jid]] += 1
-        for jid in plan.migrated:
-            st.migrations[index_of[jid]] += 1
-        for i in np.flatnonzero(prog.run < round_length).tolist():
-            allocator.record(jobs.job_ids[plan.m[i]], types[plan.col[i]], float(prog.run[i]))
-
-        # --- completion ---
-        if done.size:
-            allocator.remove([jobs.job_ids[m] for m in done])
-            done_set = set(done.tolist())
-            ls.active = [m for m in ls.active if m not in done_set]
-            ls.view = None
-            ls.demand -= float(jobs.scale_factor[done].sum())
-            if window is not None:
-                ls.window_left -= int(in_window[done].sum())
-            ls.dirty = True
+        # --- allocator / placement, then execution and completion ---
+        plan = allocate(allocator, inst, ls.allocation, jobs, st, run.index_of, run.type_index)
+        prog, duration, done = _execute(run, ls, st, allocator, plan, progress_rate, resources)
 
         # --- metrics ---
-        rounds.append(round_record(ls, plan, prog, inst.n, duration, recompute, solve_s, fit_s, int(done.size), capacity))
+        rounds.append(round_record(ls, plan, prog, inst.n, duration, recompute, solve_s, fit_s, int(done.size),
+                                   run.capacity))
         if on_round is not None:
             on_round({"time": ls.now + duration, "completed": int(np.isfinite(st.completion).sum()),
                       "active": len(ls.active), "solver_seconds": ls.solver_seconds, "jobs": n})
@@ -313,8 +345,8 @@ def simulate_jobs(
         "solver_seconds": ls.solver_seconds,
         "fit_seconds": ls.fit_seconds,
         "recomputations": ls.recomputations,
-        "solver": solver,
-        "round_length": round_length,
+        "solver": config.solver,  # "auto": optsched.policy picks the backend per problem
+        "round_length": run.round_length,
         "end_time": ls.now,
         "unfinished": int(np.isnan(st.completion).sum()),
     }
