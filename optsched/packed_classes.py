@@ -251,47 +251,104 @@ def row_classes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order[starts], inverse, counts
 
 
-def check_by_model(policy: str, options: dict) -> None:
-    """Pair throughputs by model pack through the class program: max_min_fairness only,
-    without options it does not take (one line naming ``colocation`` otherwise)."""
-    from optsched.model import OptschedError
+def candidate_pairs(labels: np.ndarray, T: np.ndarray, sf: np.ndarray, rates: Callable[[int, int], np.ndarray],
+                    max_partners: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """The per-job candidate rule for pair rates given by label (job type, model): each job
+    is offered at most ``max_partners`` partners, the labels with the best packing gain
+    t_a/T_a + t_b/T_b first (equal scale factors only; a label's gain read on its first
+    member), members of a partner label spread over the job's own label mates. Returns
+    (pairs (p, 2) with a < b, pair throughputs (p, k, 2)): O(n · max_partners) pairs.
+    Labels < 0 are not offered."""
+    k = T.shape[1]
+    members: dict[tuple, list[int]] = {}
+    for pos, key in enumerate(zip(labels.tolist(), sf.tolist())):
+        if key[0] >= 0:
+            members.setdefault(key, []).append(pos)
+    pair_rates: dict[tuple, np.ndarray] = {}
+    ranked: dict[tuple, list[tuple]] = {}
+    for a in members:
+        Ta = T[members[a][0]]
+        gains = []
+        for b in members:
+            if a[1] != b[1]:
+                continue  # equal scale factors only (GPUs shared one for one)
+            r = rates(a[0], b[0])
+            Tb = T[members[b][0]]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                g = np.where((Ta > 0) & (Tb > 0), r[:, 0] / Ta + r[:, 1] / Tb, 0.0)
+            if g.max() > 1.0:
+                pair_rates[a, b] = r
+                gains.append((-float(g.max()), b))
+        ranked[a] = [b for _, b in sorted(gains)]
+    chosen: dict[tuple[int, int], np.ndarray] = {}
+    for a, own in members.items():
+        for i, pos in enumerate(own):
+            taken = 0
+            for b in ranked[a]:
+                if taken >= max_partners:
+                    break
+                pool = members[b]
+                for step in range(len(pool)):
+                    if taken >= max_partners:
+                        break
+                    other = pool[(i + step) % len(pool)]
+                    if other == pos:
+                        continue
+                    key = (pos, other) if pos < other else (other, pos)
+                    if key not in chosen:
+                        r = pair_rates[a, b]
+                        chosen[key] = r if pos < other else r[:, ::-1]
+                    taken += 1
+                    if step >= max_partners:
+                        break
+    if not chosen:
+        return np.zeros((0, 2), dtype=int), np.zeros((0, k, 2))
+    keys = sorted(chosen)
+    return np.array(keys, dtype=int).reshape(-1, 2), np.stack([chosen[key] for key in keys])
 
-    if policy != "max_min_fairness" or set(options) - {"packing"}:
-        extra = f" (with {', '.join(sorted(set(options) - {'packing'}))})" if policy == "max_min_fairness" else ""
-        raise OptschedError(f"colocation: pair throughputs by model pack with max_min_fairness only, not with "
-                            f"{policy}{extra}; list jobs[].colocated pairs for that")
 
-
-def solve_by_model(inst: Instance, policy: str, time_limit: float, options: dict) -> Allocation | None:
-    """A snapshot's pair throughputs by model (``inst.extras["colocation"]``): max_min_fairness
-    packs over every pair of jobs through the class program; None when nothing can pack (the
-    per-job path then solves the program without pairs). The equal share scaled to fit, with
-    a fallback status, when the class program is not solved."""
-    from optsched.model import OptschedError
-
-    check_by_model(policy, options)
-    if inst.n < 2:
-        return None  # nothing to pair
+def _model_rates(inst: Instance) -> tuple[np.ndarray, Callable[[int, int], np.ndarray]]:
     labels, table = inst.extras["colocation"]
     k = inst.k
 
     def rates(a: int, b: int) -> np.ndarray:
         return table.get((a, b), np.zeros((k, 2)))
 
-    pc = ClassPairs(labels, rates)
-    cp = class_program(inst, pc)
-    if cp is None:
-        n_classes = len(row_classes(np.column_stack([labels, inst.throughput, inst.scale_factor, inst.weight]))[0])
-        raise OptschedError(f"colocation: the jobs form {n_classes:,} classes (model, throughputs, scale factor, "
-                            f"weight), more than packing by model solves over ({MAX_CLASS_PAIRS:,} pairs of classes "
-                            "of one scale factor at most: give the jobs of one model the same throughputs); list "
-                            "jobs[].colocated pairs instead")
-    if len(cp.q) == 0:
-        return None
-    alloc = solve_packed_classes(inst, pc, time_limit, cp)
-    if alloc is None:
-        from optsched.policy import _fallback
+    return labels, rates
 
-        X, status, objective, _ = _fallback(inst, policy, "highs-simplex", "the class program was not solved")
-        return Allocation.of(inst, policy, X, status, objective, 0.0)
-    return alloc
+
+def with_candidate_pairs(inst: Instance, max_partners: int = 8) -> Instance:
+    """``inst`` with pairs from its pair throughputs by model (``extras["colocation"]``)
+    by the candidate rule: what every packing policy but max_min_fairness solves over."""
+    import dataclasses
+
+    labels, rates = _model_rates(inst)
+    pairs, rate = candidate_pairs(labels, inst.throughput, inst.scale_factor, rates, max_partners)
+    extras = {key: v for key, v in inst.extras.items() if key != "colocation"}  # the table is now pairs
+    return dataclasses.replace(inst, pairs=pairs, pair_throughput=rate, extras=extras)
+
+
+def solve_by_model(inst: Instance, policy: str, time_limit: float, options: dict) -> tuple[Allocation | None, Instance]:
+    """A snapshot's pair throughputs by model (``inst.extras["colocation"]``). max_min_fairness
+    (without other options) packs over every pair of jobs through the class program; otherwise,
+    or past the class program's bounds, the jobs get candidate pairs (``with_candidate_pairs``).
+    Returns (the allocation, or None with the instance the per-job path solves). The equal share
+    scaled to fit, with a fallback status, when the class program is not solved."""
+    if inst.n < 2:
+        return None, inst  # nothing to pair
+    if policy == "max_min_fairness" and not set(options) - {"packing"}:
+        labels, rates = _model_rates(inst)
+        pc = ClassPairs(labels, rates)
+        cp = class_program(inst, pc)
+        if cp is not None:
+            if len(cp.q) == 0:
+                return None, inst
+            alloc = solve_packed_classes(inst, pc, time_limit, cp)
+            if alloc is None:
+                from optsched.policy import _fallback
+
+                X, status, objective, _ = _fallback(inst, policy, "highs-simplex", "the class program was not solved")
+                return Allocation.of(inst, policy, X, status, objective, 0.0), inst
+            alloc.explanation["colocation"] = "every pair of jobs (class program)"
+            return alloc, inst
+    return None, with_candidate_pairs(inst)

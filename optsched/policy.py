@@ -191,9 +191,13 @@ def solve_instance(
     if options.get("packing") and "colocation" in inst.extras:
         from optsched.packed_classes import solve_by_model
 
-        packed = solve_by_model(inst, policy, time_limit, options)
+        packed, inst = solve_by_model(inst, policy, time_limit, options)
         if packed is not None:
             return packed
+        if len(inst.pairs):
+            alloc = solve_instance(inst, policy, solver, time_limit, warm, **options)
+            alloc.explanation["colocation"] = "candidate pairs (at most 8 partners per job)"
+            return alloc
     try:
         solver = solver_name(solver)
     except ValueError:

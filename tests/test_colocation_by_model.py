@@ -120,12 +120,31 @@ def test_bad_tables_are_named(change, message):
         parse_snapshot(_with(by_model(1, 6, 2), change))
 
 
-def test_other_policies_and_asymmetric_self_pairs_are_refused():
+@pytest.mark.parametrize("policy", ["finish_time_fairness", "makespan", "max_throughput"])
+@pytest.mark.parametrize("seed", [2, 5, 11])
+def test_other_policies_pack_over_candidate_pairs(policy, seed):
+    """Other packing policies solve over each job's candidate partners (at most 8, best packing
+    gain first). With at most 9 jobs every admissible pair is a candidate, so the result is the
+    program over every pair listed per job; with more it lies between no packing and every pair."""
+    for n, every in ((8, True), (24, False)):
+        snap = by_model(seed, n, 3)
+        for m, j in enumerate(snap["jobs"]):
+            j["steps_total"] = 1000.0 * (1 + m % 5)
+        ours = solve(parse_snapshot(snap), policy, packing=True)
+        listed = solve(parse_snapshot(per_pair(snap)), policy, packing=True, max_partners=None)
+        plain = solve(parse_snapshot({k: v for k, v in snap.items() if k != "colocation"}), policy)
+        assert ours.status == "optimal" and ours.explanation["colocation"].startswith("candidate pairs")
+        sense = -1.0 if policy in ("finish_time_fairness", "makespan") else 1.0  # minimized: lower is better
+        tol = 1e-6 * max(1.0, abs(listed.objective))
+        if every:
+            assert ours.objective == pytest.approx(listed.objective, rel=1e-6, abs=1e-9)
+        else:
+            assert sense * ours.objective <= sense * listed.objective + tol
+        assert sense * ours.objective >= sense * plain.objective - tol
+
+
+def test_asymmetric_self_pairs_are_refused_and_no_packing_ignores_the_table():
     snap = by_model(2, 8, 2)
-    for jobs in (8, 1):  # (with one job too: the refusal does not depend on the job count)
-        one = {**snap, "jobs": snap["jobs"][:jobs]}
-        with pytest.raises(OptschedError, match="^colocation: pair throughputs by model pack with max_min_fairness"):
-            solve(parse_snapshot(one), "finish_time_fairness", packing=True)
     snap["colocation"] = {"m0": {"m0": {"v100": [1.0, 2.0]}}}
     with pytest.raises(OptschedError, match=r"^invalid snapshot: colocation\['m0'\]\['m0'\]\['v100'\]: two jobs of one model"):
         parse_snapshot(snap)
@@ -152,24 +171,30 @@ def test_a_session_packs_by_model_and_refuses_mixing():
     assert [twin.next_round()["placement"] for _ in range(3)] == rounds  # deterministic
     with pytest.raises(OptschedError, match=r"^jobs\[0\]\.colocated: this session gives pair throughputs by model"):
         s.submit([{"id": "c", "model": "x", "throughput": {"v100": 1.0}, "colocated": {"b": {"v100": [0.5, 0.5]}}}])
-    with pytest.raises(OptschedError, match="^colocation: pair throughputs by model pack with max_min_fairness only"):
-        Session.create({"cluster": {"gpus": {"v100": 2}}, "packing": True, "policy": "makespan", "colocation": table})
+    other = Session.create({"cluster": {"gpus": {"v100": 1}}, "packing": True, "policy": "max_throughput",
+                            "colocation": table}, Store(":memory:"))
+    other.submit([{"id": f"a{i}", "model": "x", "throughput": {"v100": 1.0}} for i in range(2)])
+    other.next_round()
+    slots = [(g["server"], g["gpu"]) for j in other.state()["jobs"] for g in j["gpus"]]
+    assert slots == [("v100-0", 0)] * 2  # other policies pack over candidate pairs (0.7 + 0.7 > 1)
     with pytest.raises(OptschedError, match=r"^colocation\['x'\]\['x'\]\['a100'\]: unknown GPU type"):
         Session.create({"cluster": {"gpus": {"v100": 2}}, "colocation": {"x": {"x": {"a100": [0.7, 0.7]}}}})
 
 
-def test_too_many_classes_is_refused_before_the_work_grows(monkeypatch):
+def test_too_many_classes_take_candidate_pairs(monkeypatch):
     """Jobs of one model with different throughputs are different classes: past the bound the
-    class program is as large as the per-job one, so it is refused at once, naming colocation."""
+    class program is as large as the per-job one, so the jobs get candidate pairs instead."""
     import optsched.packed_classes as pcm
 
     monkeypatch.setattr(pcm, "MAX_CLASS_PAIRS", 50)
     snap = {"cluster": {"gpus": {"v100": 4}}, "colocation": {"x": {"x": {"v100": [0.7, 0.7]}}},
             "jobs": [{"id": f"j{i}", "model": "x", "throughput": {"v100": 1.0 + i / 100}} for i in range(20)]}
-    with pytest.raises(OptschedError, match=r"^colocation: the jobs form 20 classes"):
-        solve(parse_snapshot(snap), "max_min_fairness", packing=True)
+    alloc = solve(parse_snapshot(snap), "max_min_fairness", packing=True)
+    plain = solve(parse_snapshot({k: v for k, v in snap.items() if k != "colocation"}), "max_min_fairness")
+    assert alloc.explanation["colocation"].startswith("candidate pairs") and len(alloc.pairs)
+    assert alloc.objective > plain.objective * 1.1  # 0.7 + 0.7 > 1: packing pays
     for j in snap["jobs"]:
-        j["throughput"] = {"v100": 1.0}  # one class: packs
+        j["throughput"] = {"v100": 1.0}  # one class: the class program
     assert solve(parse_snapshot(snap), "max_min_fairness", packing=True).explanation["job_classes"] == 1
 
 

@@ -741,13 +741,9 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     from optsched.policy import check_packing
 
     check_packing(cfg.policy, cfg.packing)  # at creation, not as a failure of every round
-    if cfg.colocation is not None:  # the snapshot's checks of the table, and the policies it packs with
+    if cfg.colocation is not None:  # the snapshot's checks of the table
         _validate_snapshot({"cluster": cfg.cluster.model_dump(exclude_none=True), "jobs": [],
                             "colocation": cfg.colocation})
-        if cfg.packing:
-            from optsched.packed_classes import check_by_model
-
-            check_by_model(cfg.policy, {"packing": True})
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")

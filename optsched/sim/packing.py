@@ -24,58 +24,23 @@ def _class_rates(jobs, a: tuple, b: tuple) -> np.ndarray:
 
 
 def candidate_pairs(jobs, act: np.ndarray, max_partners: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    """(pairs (p, 2) as positions in ``act`` with a < b, pair_throughput (p, k, 2))."""
+    """(pairs (p, 2) as positions in ``act`` with a < b, pair_throughput (p, k, 2)):
+    optsched.packed_classes.candidate_pairs over the active rigid jobs' job types."""
+    from optsched.packed_classes import candidate_pairs as by_label
+
     k = len(jobs.gpu_types)
-    empty = (np.zeros((0, 2), dtype=int), np.zeros((0, k, 2)))
     if jobs.pair_table is None or len(act) < 2:
-        return empty
-    elastic = jobs.is_elastic[act] if jobs.any_elastic else np.zeros(len(act), dtype=bool)
-    members: dict[tuple, list[int]] = {}
-    for pos, m in enumerate(act.tolist()):
-        if not elastic[pos]:
-            members.setdefault(jobs.job_type[m], []).append(pos)
-    classes = list(members)
-    rates: dict[tuple, np.ndarray] = {}
-    ranked: dict[tuple, list[tuple]] = {}
-    for a in classes:
-        Ta = jobs.throughput[act[members[a][0]]]
-        gains = []
-        for b in classes:
-            if a[1] != b[1]:
-                continue  # equal scale factors only (GPUs shared one for one)
-            r = _class_rates(jobs, a, b)
-            Tb = jobs.throughput[act[members[b][0]]]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                g = np.where((Ta > 0) & (Tb > 0), r[:, 0] / Ta + r[:, 1] / Tb, 0.0)
-            if g.max() > 1.0:
-                rates[a, b] = r
-                gains.append((-float(g.max()), b))
-        ranked[a] = [b for _, b in sorted(gains)]
-    chosen: dict[tuple[int, int], np.ndarray] = {}
-    for a in classes:
-        for i, pos in enumerate(members[a]):
-            taken = 0
-            for b in ranked[a]:
-                if taken >= max_partners:
-                    break
-                pool = members[b]
-                for step in range(len(pool)):
-                    if taken >= max_partners:
-                        break
-                    other = pool[(i + step) % len(pool)]
-                    if other == pos:
-                        continue
-                    key = (pos, other) if pos < other else (other, pos)
-                    if key not in chosen:
-                        r = rates[a, b]
-                        chosen[key] = r if pos < other else r[:, ::-1]
-                    taken += 1
-                    if step >= max_partners:
-                        break
-    if not chosen:
-        return empty
-    keys = sorted(chosen)
-    return np.array(keys, dtype=int).reshape(-1, 2), np.stack([chosen[key] for key in keys])
+        return np.zeros((0, 2), dtype=int), np.zeros((0, k, 2))
+    kinds = sorted(set(jobs.job_type[m] for m in act.tolist()))
+    label = {t: i for i, t in enumerate(kinds)}
+    labels = np.array([label[jobs.job_type[m]] for m in act.tolist()], dtype=np.int64)
+    if jobs.any_elastic:
+        labels[jobs.is_elastic[act]] = -1  # elastic jobs are not packed
+
+    def rates(a: int, b: int) -> np.ndarray:
+        return _class_rates(jobs, kinds[a], kinds[b])
+
+    return by_label(labels, jobs.throughput[act], jobs.scale_factor[act], rates, max_partners)
 
 
 def packed_rate(jobs, m: np.ndarray, partner: np.ndarray, col: np.ndarray) -> np.ndarray:
