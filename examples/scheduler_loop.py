@@ -16,7 +16,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from optsched.client import Client
+from optsched.client import Client, ServiceError
 from optsched.service.process import ServerProcess
 
 CLUSTER = {"gpus": {"v100": 4, "k80": 4}}
@@ -78,7 +78,10 @@ def main() -> None:
     ap.add_argument("--token", help="Bearer token of that server.")
     args = ap.parse_args()
     if args.url:
-        return loop(args.url, args.token)
+        try:
+            return loop(args.url, args.token)
+        except ServiceError as e:  # e.g. a token-protected server without --token / OPTSCHED_TOKEN
+            raise SystemExit(f"error: {e}") from None
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp) / "sessions.db") as srv:
         loop(srv.url)
 

@@ -21,6 +21,7 @@ scheduler loop can run against either. Errors raise ``ServiceError`` (an
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Iterable
 
@@ -60,6 +61,7 @@ class UnauthorizedError(ServiceError):
 class Client:
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 300.0,
                  transport: httpx.BaseTransport | None = None):
+        token = token if token is not None else os.environ.get("OPTSCHED_TOKEN")  # as `optsched serve` reads it
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
 

@@ -508,16 +508,27 @@ def _format_validation_error(err: ValidationError) -> str:
     return f"invalid snapshot: {describe_validation_error(err)}"
 
 
+# Snapshot fields whose values are dicts keyed by the user's names (GPU types, job ids, models):
+# an error's location shows those keys as ['v100'], as the snapshot's own checks do.
+_DICT_FIELDS = frozenset({"allocator", "colocated", "colocation", "current", "deficits", "entity_weights", "gpus",
+                          "perf_params", "placement", "price_per_hour", "prior_allocation", "rounds_present",
+                          "rounds_received", "throughput"})
+
+
 def describe_validation_error(err: ValidationError, at: str = "") -> str:
     """One line: the first error's location (jobs[0].throughput['v100']; ``at``: where the
     validated object sits, e.g. reports[2]) and message."""
     e = err.errors()[0]
-    loc = "".join(
-        f"[{p}]" if isinstance(p, int)
-        else f".{p}" if isinstance(p, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", p)
-        else f"[{p!r}]"  # a key with spaces, newlines, brackets: quoted, so the message stays one line
-        for p in e["loc"]
-    ).lstrip(".")
+    parts, keys = [], False  # past a dict field (throughput, gpus, ...) strings are user keys: ['v100']
+    for p in e["loc"]:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif not keys and isinstance(p, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", p):
+            parts.append(f".{p}")
+            keys = p in _DICT_FIELDS
+        else:
+            parts.append(f"[{p!r}]")  # a key (or one with spaces, brackets: quoted, the message stays one line)
+    loc = "".join(parts).lstrip(".")
     msg = " ".join(str(e["msg"]).split())
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]

@@ -241,7 +241,8 @@ def test_sigkill_mid_session_then_restart_gives_the_same_rounds_as_an_uninterrup
 # ---------------------------------------------------------------- security and limits
 
 
-def test_missing_or_wrong_token_is_401_and_healthz_stays_open(secure):
+def test_missing_or_wrong_token_is_401_and_healthz_stays_open(secure, monkeypatch):
+    monkeypatch.delenv("OPTSCHED_TOKEN", raising=False)
     assert httpx.get(f"{secure.url}/healthz").status_code == 200
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic abc"}):
         r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": snapshot()}, headers=headers)
@@ -250,6 +251,8 @@ def test_missing_or_wrong_token_is_401_and_healthz_stays_open(secure):
     with pytest.raises(UnauthorizedError):
         Client(secure.url).policies()
     assert "max_min_fairness" in Client(secure.url, token=TOKEN).policies()
+    monkeypatch.setenv("OPTSCHED_TOKEN", TOKEN)  # the client reads the variable `optsched serve` reads
+    assert "max_min_fairness" in Client(secure.url).policies()
 
 
 def test_oversize_malformed_and_unknown_get_the_right_4xx(secure):

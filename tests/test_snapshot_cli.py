@@ -96,7 +96,7 @@ BAD = {
                          "cluster.servers[0].gpus: must be a whole number, not str"),
     "servers_empty": (_mutate(lambda s: s["cluster"].update(servers=[])), "cluster: servers: an empty list"),
     "nan_prior_allocation": ('{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1}}], '
-                             '"prior_allocation": {"a": {"v100": NaN}}}', "prior_allocation.a.v100"),
+                             '"prior_allocation": {"a": {"v100": NaN}}}', "prior_allocation['a']['v100']"),
     "huge_integer": ('{"version": 1, "cluster": {"gpus": {"v100": ' + "9" * 5000 + '}}, "jobs": []}', "4,300 digits"),
     "done_past_total": (_mutate(lambda s: s["jobs"][1].update(steps_total=100, steps_done=200)),
                         "jobs[1].steps_done: 200 exceeds steps_total 100"),

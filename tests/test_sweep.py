@@ -153,3 +153,15 @@ def test_cli_sweep_exits_1_when_a_run_fails_after_writing_everything(tmp_path, p
     assert "can never run" in r.stderr and (tmp_path / "f" / "results.csv").exists()
     r = CliRunner().invoke(app, [*base, "--set", "skip_unrunnable=true", "--out", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
+
+
+def test_cli_file_of_a_previous_sweep_resumes_in_its_folder(tmp_path, monkeypatch):
+    """`optsched sweep --file DIR/sweep.json` runs in DIR: every run is already done there
+    (it re-ran all of them into ./sweep-out)."""
+    from optsched.cli import app
+
+    run_sweep(spec_from_dict({**TINY, "policies": ["fifo"], "seeds": [0], "executor": "serial"}), tmp_path / "o")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["sweep", "--file", str(tmp_path / "o" / "sweep.json"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "0 executed" in res.output and not (tmp_path / "sweep-out").exists(), res.output

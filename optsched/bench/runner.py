@@ -69,12 +69,15 @@ class Context:
 
 
 def _timed(fn, repeat: int):
-    times, out = [], None
+    """(seconds, output) of the median run (the lower middle one of an even count), so a
+    row's phase times (read from the output) and its total come from the same run."""
+    times, outs = [], []
     for _ in range(max(repeat, 1)):
         t0 = time.perf_counter()
-        out = fn()
+        outs.append(fn())
         times.append(time.perf_counter() - t0)
-    return float(np.median(times)), out
+    mid = int(np.argsort(times, kind="stable")[(len(times) - 1) // 2])
+    return times[mid], outs[mid]
 
 
 MEMORY_SKIP_SECONDS = 30.0  # a case slower than this is not run again for its peak memory

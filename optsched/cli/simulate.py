@@ -91,6 +91,14 @@ def _summary_table(summaries: dict[str, dict]) -> Table:
     return t
 
 
+def _check_format_has_trace(trace_path: Optional[Path], fmt: Optional[str]) -> None:
+    if fmt is not None and trace_path is None:  # it would silently describe the built-in example
+        from optsched.model import OptschedError
+
+        raise OptschedError("--format: names the format of a TRACE file; give one (without a TRACE the built-in "
+                            "example runs)")
+
+
 def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str], servers: Optional[str],
           throughputs: Optional[Path], sample: Optional[int], seed: int):
     from optsched.sim import DEFAULT_CLUSTER, DEFAULT_ELASTIC_SERVERS
@@ -101,6 +109,7 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
     from optsched.cli.limits import check_seed
 
     check_seed(seed)
+    _check_format_has_trace(trace_path, fmt)
     trace = default_trace() if trace_path is None else read_trace(trace_path, fmt)
     if sample is not None:
         if sample < 1:
@@ -201,7 +210,7 @@ COMMON = dict(
     window=typer.Option(None, "--window", help="Steady-state window START:END of job indices; stop when it completes."),
     sample=typer.Option(None, "--sample", help="Use only N jobs (Philly: a seeded sample; others: the first N)."),
     skip=typer.Option(False, "--skip-unrunnable", help="Drop jobs the cluster can never run (counted) instead of failing."),
-    solver=typer.Option("auto", "--solver", help="auto (default: picked per policy) | clarabel | highs | highs-direct | ..."),
+    solver=typer.Option("auto", "--solver", help="auto (default: picked per policy) | ipm | clarabel | highs (IPM) | highs-simplex"),
     queue=typer.Option(None, "--queue", help="Allocator walk: phased (default) | per_type | global | gavel (Gavel's code)."),
     type_order=typer.Option(None, "--type-order", help="fixed (cluster order, default) | shuffle (every round) | v100,p100,k80."),
     placement=typer.Option("consolidated", "--placement", help="consolidated | first_fit | cpsat"),
@@ -425,6 +434,7 @@ def trace_describe(
     from optsched.traces.generate import default_trace
     from optsched.traces.io import read_trace
 
+    _check_format_has_trace(trace, fmt)
     d = (default_trace() if trace is None else read_trace(trace, fmt)).describe()
     if as_json:
         typer.echo(json.dumps(d, indent=2))

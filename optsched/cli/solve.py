@@ -22,6 +22,14 @@ def example_snapshot_text() -> str:
     return resources.files("optsched").joinpath("data/example_snapshot.json").read_text()
 
 
+
+# What the '*' marks mean: the jobs with the lowest value of the policy's per-job measure
+# (explain's bottleneck_jobs). Only for max-min objectives is that a bottleneck.
+_MAX_MIN = ("max_min_fairness", "max_min_fairness_agnostic", "max_min_fairness_water_filling",
+            "max_min_fairness_water_filling_agnostic", "max_min_fairness_hierarchical", "finish_time_fairness",
+            "finish_time_fairness_agnostic", "makespan", "makespan_agnostic")
+BOTTLENECK_NOTE = {p: "bottleneck: these jobs' share cannot rise without lowering another's" for p in _MAX_MIN}
+
 @app.command()
 @user_errors
 def solve(
@@ -142,7 +150,10 @@ def _print_solution(snap, out: dict, rows: int = 50) -> None:
     table.add_column("s", justify="right")
     for t in types:
         table.add_column(esc(t), justify="right")
-    table.add_column("steps/s", justify="right")
+    from optsched.policy import GOODPUT_POLICIES
+
+    # Goodput policies report each job's goodput (Pollux: examples/s × statistical efficiency), not steps/s.
+    table.add_column("goodput" if out.get("policy") in GOODPUT_POLICIES else "steps/s", justify="right")
     table.add_column("vs fair", justify="right")
     bottleneck = set(ex.get("bottleneck_jobs", []))
     counts = out.get("gpu_counts")  # configuration policies: GPUs per type, not time fractions
@@ -179,7 +190,7 @@ def _print_solution(snap, out: dict, rows: int = 50) -> None:
         more = f" … ({len(packed)} pairs)" if len(packed) > 20 else ""
         console.print("packed: " + ", ".join(shown) + more)
     if bottleneck:
-        console.print("[yellow]*[/] bottleneck: these jobs' share cannot rise without lowering another's")
+        console.print("[yellow]*[/] " + BOTTLENECK_NOTE.get(out.get("policy", ""), "lowest value of the policy's per-job measure"))
     if "placement" in out:
         pt = Table(title="next round placement", show_edge=False, header_style="bold")
         pt.add_column("job")

@@ -56,7 +56,7 @@ def sweep(
     executor: Optional[str] = typer.Option(None, "--executor", help="local (process pool, default) | ray | serial."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Parallel runs (default: the machine's cores)."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray: join this cluster (else a local ray.init)."),
-    out: Path = typer.Option(Path("sweep-out"), "--out", help="Output folder (resumable: finished runs are kept)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (resumable: finished runs are kept). Default: sweep-out, or the folder of --file DIR/sweep.json (which then resumes)."),
     keep_failed: bool = typer.Option(False, "--keep-failed", help="Do not retry runs that failed before."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
@@ -96,6 +96,8 @@ def sweep(
     validate(spec)  # every run's configuration and the rounds bound, once, before the progress bar
     from optsched.cli.common import output_folder
 
+    if out is None:  # a previous sweep's own sweep.json resumes in its folder
+        out = file.parent if file is not None and file.name == "sweep.json" else Path("sweep-out")
     output_folder(out)
     show = not quiet and err_console.is_terminal
 

@@ -335,8 +335,10 @@ def simulate_jobs(
         rounds.append(round_record(ls, plan, prog, inst.n, duration, recompute, solve_s, fit_s, int(done.size),
                                    run.capacity))
         if on_round is not None:
+            # "live": the loop's state as it stands, for in-process look-ahead (optsched.sweep.auto's fork mode)
             on_round({"time": ls.now + duration, "completed": int(np.isfinite(st.completion).sum()),
-                      "active": len(ls.active), "solver_seconds": ls.solver_seconds, "jobs": n})
+                      "active": len(ls.active), "solver_seconds": ls.solver_seconds, "jobs": n,
+                      "live": (run, st)})
         ls.now += duration
         ls.rounds_since += 1
 

@@ -9,7 +9,8 @@
   throughput the job gets from an equal share of every GPU type (Gavel's
   "proportional share", X^equal[m, j] = W_j / Σ W); ρ > 1 means slower than
   that fair, uncontended share.
-- GPU-hours = Σ GPU-seconds received / 3600; preemptions, migrations; solver
+- GPU-hours = Σ GPU-seconds received / 3600 (a packed pair's GPU time counts for
+  both jobs: it is each job's attained service); preemptions, migrations; solver
   seconds (total, per recomputation); utilization per GPU type over time
   (busy GPU-seconds / (GPUs × round duration)).
 Failed jobs (the trace says so) are excluded from the JCT statistics and

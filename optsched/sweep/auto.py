@@ -141,7 +141,6 @@ def _simulate_auto_fork(trace, cluster, throughputs, seed, options, candidates, 
                         parallel, t_first):
     """The fork mode (module doc). Returns (SimResult, rows, schedule, look-ahead seconds) or raises _ForkFailed."""
     import json
-    import sys
 
     from optsched.sim import simulate
     from optsched.sweep.autopolicy import NAME, register
@@ -167,9 +166,9 @@ def _simulate_auto_fork(trace, cluster, throughputs, seed, options, candidates, 
         child = state["child"]
         if child is not None:
             if now >= child["end"]:
-                f = sys._getframe(1).f_locals
+                run, st = info["live"]
                 try:
-                    jct, resp = child_score(f["jobs"], f["st"], f["equal_thr"], float(f["total_gpus"]),
+                    jct, resp = child_score(run.jobs, st, run.equal_thr_floor, float(run.capacity.sum()),
                                             child["t"], child["end"])
                     finish_child({"jct": jct, "resp": resp})
                 except Exception as e:  # noqa: BLE001
