@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -216,3 +217,27 @@ def test_a_repeated_column_is_refused_not_read_first_copy_wins(tmp_path, fmt, he
     path.write_text(f"{header}\n{row}\n")
     with pytest.raises(OptschedError, match=r"duplicate column '(duration|time)' in the header"):
         read_trace(path, fmt)
+
+
+@pytest.mark.parametrize("stamp", ["now", "today", "12:00", "Oct 9", "2017", "-0", "1 Jan"])
+def test_philly_timestamps_need_a_calendar_date(tmp_path, stamp):
+    """pandas reads these against the wall clock (the same trace gave another JCT on every run);
+    they are refused, naming the row that holds them."""
+    path = tmp_path / "p.csv"
+    path.write_text(BASE["philly"].replace("2017-10-09 01:01:55", stamp))
+    row = 3  # the second data row (the header is row 1)
+    with pytest.raises(OptschedError, match=rf"row {row}: timestamp '{re.escape(stamp)}' is not a date-time"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("iterations, duration", [("1e-300", "1e10"), ("100", "1e-20")])
+def test_trace_rates_outside_the_snapshot_range_are_refused(tmp_path, iterations, duration):
+    """1e-300 steps over 1e10 s finished in 1 s (the rate underflowed); 1e-20 s was floored to 1e-12 s."""
+    from optsched.model import Cluster
+    from optsched.sim.jobs import resolve_jobs
+
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                    f"a,1,0,{iterations},m,{duration},0\n")
+    with pytest.raises(OptschedError, match=r"row 2: iterations / duration = .* steps/s, outside 1e-12 to 1e\+15"):
+        resolve_jobs(read_trace(path), Cluster(gpus={"v100": 1}))

@@ -412,3 +412,37 @@ def test_packing_with_a_policy_without_space_sharing_is_refused_at_creation(poli
     with pytest.raises(OptschedError, match=f"^packing: policy {policy} has no space sharing"):
         solve_instance(inst, policy, packing=True)
     Session.create({"cluster": {"gpus": {"v100": 2}}, "policy": "max_min_fairness", "packing": True})
+
+
+def test_steps_past_the_total_are_refused_or_finish_the_job():
+    """PATCH steps_total below steps_done used to be accepted and the job kept its GPU; a report
+    past the total stored steps_done > steps_total."""
+    s = Session.create({"cluster": {"gpus": {"v100": 1}}}, Store(":memory:"))
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}, "steps_total": 1000},
+              {"id": "b", "throughput": {"v100": 1.0}, "steps_total": 2000}])
+    s.next_round()
+    s.report([{"job_id": "a", "steps": 500}])
+    before = s.state()
+    for total in (100, 500):
+        with pytest.raises(OptschedError, match=rf"^steps_total: {total} is not above the 500 steps the job has done"):
+            s.update("a", {"steps_total": total})
+    assert s.state() == before  # nothing changed
+    assert s.update("a", {"steps_total": 501})["spec"]["steps_total"] == 501
+    out = s.report([{"job_id": "b", "steps_done": 5000}])[0]
+    assert out["status"] == "finished" and out["steps_done"] == 2000
+
+
+def test_update_errors_name_the_field_of_the_patch_body():
+    s = Session.create({"cluster": {"gpus": {"v100": 1}}}, Store(":memory:"))
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}}])
+    for change in ({"throughput": {"zz": 1.0}}, {"throughput": {"v100": -1.0}}):
+        with pytest.raises(OptschedError, match=r"^throughput"):
+            s.update("a", change)
+
+
+@pytest.mark.parametrize("length", [1e-300, 1e-4, 0.0])
+def test_round_length_below_a_millisecond_is_refused(length):
+    """1e-300 s rounds left the clock at its start (1e12 + 1e-300 == 1e12): no service was ever counted."""
+    with pytest.raises(OptschedError, match="round_length"):
+        Session.create({"cluster": {"gpus": {"v100": 1}}, "round_length": length, "start_time": 1e12},
+                       Store(":memory:"))

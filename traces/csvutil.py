@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import zlib
 from pathlib import Path
 
@@ -57,7 +58,11 @@ def read_csv_checked(path: str | os.PathLike, required: tuple[str, ...], fmt: st
     except pd.errors.EmptyDataError:
         raise OptschedError(f"{where}: empty file") from None
     except (pd.errors.ParserError, ValueError, csv_error()) as e:
-        raise OptschedError(f"{where}: {(str(e).splitlines() or ['malformed CSV'])[0]}") from None
+        first = (str(e).splitlines() or ["malformed CSV"])[0]
+        fields = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", first)
+        if fields:  # pandas' tokenizer text, in the trace's terms
+            first = f"row {fields[2]}: {fields[3]} fields where the header has {fields[1]}"
+        raise OptschedError(f"{where}: {first}") from None
     df.columns = [str(c).strip() for c in df.columns]
     header = ", ".join(repr(c)[:40] for c in df.columns[:12]) + (" ..." if len(df.columns) > 12 else "")
     import csv

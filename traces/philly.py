@@ -56,6 +56,9 @@ def read_philly(path: str | os.PathLike, cluster: str | None = None) -> Trace:
                       notes=("Philly has no model names: job types are assigned from a seed",), columns=FIELD_COLUMNS)
 
 
+DATE_TIME = r"\s*\d{4}[-/]\d{1,2}[-/]\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\s*"
+
+
 def _timestamps(col: pd.Series, rows, where: str) -> pd.Series:
     """Naive date-times; the first cell that is not one (garbled, out of range,
     a time zone mixed with naive times) raises naming its row."""
@@ -64,6 +67,11 @@ def _timestamps(col: pd.Series, rows, where: str) -> pd.Series:
     def bad(i: int, why: str = "is not a date-time"):
         raise OptschedError(f"{where}: row {rows[i]}: timestamp {col.iat[i]!r} {why}")
 
+    # A full calendar date first: pandas also reads 'now', 'today', '12:00' (today's date) and
+    # 'Oct 9' against the wall clock, which would make a run depend on the day it runs.
+    dated = col.astype(str).str.fullmatch(DATE_TIME)
+    if not dated.all():
+        bad(int(np.argmax(~dated.to_numpy())), "is not a date-time (YYYY-MM-DD[ HH:MM[:SS]])")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

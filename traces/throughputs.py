@@ -174,6 +174,8 @@ def read_throughputs(path: str | os.PathLike) -> ThroughputTable:
     p = Path(path)
     try:
         data = json.loads(p.read_text())
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        raise OptschedError(f"throughput table {p}: cannot be read ({e.strerror or type(e).__name__})") from None
     except json.JSONDecodeError as e:
         raise OptschedError(f"throughput table {p}: malformed JSON at line {e.lineno}: {e.msg}") from None
     return parse_throughputs(data, str(p))

@@ -100,21 +100,20 @@ def _check_format_has_trace(trace_path: Optional[Path], fmt: Optional[str]) -> N
 
 
 def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str], servers: Optional[str],
-          throughputs: Optional[Path], sample: Optional[int], seed: int):
+          throughputs: Optional[Path], sample: Optional[int], seed: int, prices: Optional[str] = None):
     from optsched.sim import DEFAULT_CLUSTER, DEFAULT_ELASTIC_SERVERS
     from optsched.sim.jobs import elastic_rows, parse_cluster
     from optsched.traces.generate import default_trace
     from optsched.traces.io import read_trace
     from optsched.traces.throughputs import read_throughputs
     from optsched.cli.limits import check_seed
+    from optsched.model import OptschedError
 
     check_seed(seed)
     _check_format_has_trace(trace_path, fmt)
     trace = default_trace() if trace_path is None else read_trace(trace_path, fmt)
     if sample is not None:
         if sample < 1:
-            from optsched.model import OptschedError
-
             raise OptschedError(f"--sample: must be >= 1 job, got {sample}")
         if trace.format == "philly":
             from optsched.traces.philly import sample_philly
@@ -127,8 +126,11 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
             servers = DEFAULT_ELASTIC_SERVERS
         else:
             cluster = DEFAULT_CLUSTER
-    table = read_throughputs(throughputs) if throughputs else None
-    return trace, parse_cluster(cluster, servers), table
+    try:
+        table = read_throughputs(throughputs) if throughputs else None
+    except OptschedError as e:
+        raise OptschedError(f"--throughputs: {e}") from None
+    return trace, parse_cluster(cluster, servers, prices), table
 
 
 def _run(trace, cl, table, policy: str, quiet: bool, progress_label: str = "", **config):
@@ -199,6 +201,7 @@ COMMON = dict(
     fmt=typer.Option(None, "--format", help="gavel | tiresias | pollux | philly (detected from the file if omitted)."),
     cluster=typer.Option(None, "--cluster", help="GPUs per type, e.g. v100=36,p100=36,k80=36 (default; Pollux/Sia workloads: --servers 16x4)."),
     servers=typer.Option(None, "--servers", help="Homogeneous cluster as SERVERSxGPUS, e.g. 16x4."),
+    prices=typer.Option(None, "--prices", help="$/GPU-hour per type, e.g. v100=2.48,k80=0.45 (min_cost, min_cost_slo)."),
     round_length=typer.Option(None, "--round-length", help="Round length, seconds (default 360; 60 for Pollux/Sia workloads)."),
     seed=typer.Option(0, "--seed", help="Seed (allocator ties, Philly job types and sampling)."),
     throughputs=typer.Option(None, "--throughputs", help="Throughput table JSON (Gavel's format); default: the built-in one."),
@@ -285,6 +288,7 @@ def simulate(
     fmt: Optional[str] = COMMON["fmt"],
     cluster: Optional[str] = COMMON["cluster"],
     servers: Optional[str] = COMMON["servers"],
+    prices: Optional[str] = COMMON["prices"],
     round_length: Optional[float] = COMMON["round_length"],
     seed: int = COMMON["seed"],
     throughputs: Optional[Path] = COMMON["throughputs"],
@@ -312,7 +316,7 @@ def simulate(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Simulate a policy on a trace: progress bar, summary table, optional CSV/Parquet/PNG output."""
-    tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed)
+    tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed, prices)
     cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
                   load_factor, window, skip_unrunnable, solver, queue, type_order, placement, packing, loss_threshold,
                   migration_cost, hysteresis)
@@ -363,6 +367,7 @@ def compare(
     fmt: Optional[str] = COMMON["fmt"],
     cluster: Optional[str] = COMMON["cluster"],
     servers: Optional[str] = COMMON["servers"],
+    prices: Optional[str] = COMMON["prices"],
     round_length: Optional[float] = COMMON["round_length"],
     seed: int = COMMON["seed"],
     throughputs: Optional[Path] = COMMON["throughputs"],
@@ -391,7 +396,7 @@ def compare(
     """Run several policies on the same trace; one table (and one CDF plot with --out or --plot)."""
     from optsched.model import OptschedError
 
-    tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed)
+    tr, cl, table = _load(trace, fmt, cluster, servers, throughputs, sample, seed, prices)
     names = [x.strip() for x in policies.split(",") if x.strip()]
     if not names:
         raise OptschedError("--policies: give at least one policy")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from optsched.model import Cluster, GoodputSpec, NumbersAreNumbers, Snapshot
 
@@ -66,10 +66,10 @@ class SolveRequest(_Body):
     policy: str = PolicyField()
     solver: Literal[SOLVER_NAMES] = Field(default="auto", description="Solver backend.")  # type: ignore[valid-type]
     time_limit: float = Field(default=60.0, gt=0, description="Solver time limit, seconds (capped by the server).")
-    packing: bool = Field(default=False, description="Allow space sharing (policies that support it).")
+    packing: StrictBool = Field(default=False, description="Allow space sharing (policies that support it).")
     partitions: int = Field(default=1, ge=1, le=1024, description=(
         "POP: solve this many job groups (each with 1/K of every GPU type) and merge (fractional policies, no packing)."))
-    placement: bool = Field(default=False, description="Also compute the next round's GPU placement.")
+    placement: StrictBool = Field(default=False, description="Also compute the next round's GPU placement.")
     placement_policy: Literal[PLACEMENTS] = Field(default="consolidated")  # type: ignore[valid-type]
 
 
@@ -103,7 +103,7 @@ class SolveResponse(BaseModel):
 class AllocatorOptions(_Body):
     queue: Literal[QUEUES] = Field(default="phased", description="Allocator walk (README: Running rounds).")  # type: ignore[valid-type]
     type_order: Literal["fixed", "shuffle"] | list[str] = Field(default="fixed", description="GPU type walk order.")
-    work_conserving: bool = Field(default=True, description="Give idle GPUs to jobs beyond their share.")
+    work_conserving: StrictBool = Field(default=True, description="Give idle GPUs to jobs beyond their share.")
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Tie-break seed (decisions are a function of it).")
     gpus_per_server: int = Field(default=4, ge=1, le=4096, description="Server size when the cluster lists no servers.")
     migration_cost: float = Field(default=0.0, ge=0, le=86400, allow_inf_nan=False, description=(
@@ -119,7 +119,7 @@ class SessionConfig(_Body):
     solver: Literal[SOLVER_NAMES] = "auto"  # type: ignore[valid-type]
     time_limit: float = Field(default=30.0, gt=0, description="Solver time limit per recomputation, seconds "
                               "(capped by the server's --max-time-limit).")
-    packing: bool = Field(default=False, description="Space sharing (jobs need `colocated` pair throughputs, or "
+    packing: StrictBool = Field(default=False, description="Space sharing (jobs need `colocated` pair throughputs, or "
                           "the session a `colocation` table by model).")
     colocation: dict[str, dict[str, dict[str, tuple[float, float]]]] | None = Field(
         default=None, description="Pair throughputs by model, as the snapshot's `colocation`: {model_a: {model_b: "
@@ -127,7 +127,9 @@ class SessionConfig(_Body):
     partitions: int = Field(default=1, ge=1, le=1024, description=(
         "POP: each recomputation solves this many job groups (each with 1/K of every GPU type) and merges them "
         "(fractional policies, no packing)."))
-    round_length: float = Field(default=360.0, gt=0, le=1e7, description="Seconds per round (Gavel: 360).")
+    # At least simulate's 1 ms (optsched.sim.limits.MIN_ROUND_LENGTH): shorter rounds vanish in
+    # the clock's rounding (1e12 + 1e-300 == 1e12), and time would stop.
+    round_length: float = Field(default=360.0, ge=1e-3, le=1e7, description="Seconds per round (Gavel: 360).")
     min_recompute_interval: float = Field(
         default=0.0, ge=0, le=1e9,
         description="Session seconds: the allocation is not recomputed sooner than this after the last recomputation "
@@ -216,7 +218,7 @@ class ProgressReport(_Body):
                                                description="Elastic jobs: measured iteration times (refit at recomputation).")
     grad_sqr: float | None = Field(default=None, ge=0, le=1e300, description="Elastic jobs: |g|^2 at init batch size.")
     grad_var: float | None = Field(default=None, ge=0, le=1e300, description="Elastic jobs: tr(Sigma) at init batch size.")
-    finished: bool = Field(default=False, description="The job is done (it leaves the session).")
+    finished: StrictBool = Field(default=False, description="The job is done (it leaves the session).")
 
 
 class ReportProgress(_Body):

@@ -304,7 +304,11 @@ class Session:
                 spec.pop(k, None)
         _validate_snapshot({"cluster": self._s["config"]["cluster"], "jobs": [_snapshot_job(spec, keep={job_id})],
                             **_colocation(self._s["config"])},
-                           prefix="")
+                           prefix="", strip="jobs[0].")  # the PATCH body is the job itself
+        total = changes.get("steps_total")
+        if total is not None and rec["steps_done"] > 0 and total <= rec["steps_done"]:  # it would keep its GPUs
+            raise OptschedError(f"steps_total: {total:g} is not above the {rec['steps_done']:g} steps the job has "
+                                "done (finish the job instead)")
         self._touch(job_id)
         rec["spec"] = spec
         self._s["dirty"] = True
@@ -436,6 +440,8 @@ class Session:
                 gp.update({k: v for k, v in (("grad_sqr", r.grad_sqr), ("grad_var", r.grad_var)) if v is not None})
                 spec["goodput"] = gp
             total = spec.get("steps_total")
+            if total is not None and rec["steps_done"] >= total:
+                rec["steps_done"] = float(total)  # a report past the end finishes the job at its total
             if r.finished or (total is not None and rec["steps_done"] >= total):
                 finishing[r.job_id] = s["pending"].get(r.job_id)
             if r.job_id not in touched:
@@ -802,7 +808,9 @@ def _colocation(config: dict) -> dict:
     return {"colocation": config["colocation"]} if config.get("colocation") is not None else {}
 
 
-def _validate_snapshot(doc: dict, prefix: str = "") -> Snapshot:
+def _validate_snapshot(doc: dict, prefix: str = "", strip: str = "") -> Snapshot:
+    """parse_snapshot, its error located by ``prefix`` (where ``strip``, the snapshot's own
+    path to the request's object, is replaced by it)."""
     from optsched.model import parse_snapshot
 
     try:
@@ -811,6 +819,8 @@ def _validate_snapshot(doc: dict, prefix: str = "") -> Snapshot:
         msg = str(e)
         if msg.startswith("invalid snapshot: "):
             msg = msg[len("invalid snapshot: "):]
+        if strip and msg.startswith(strip):
+            msg = msg[len(strip):]
         raise OptschedError(prefix + msg) from None
 
 

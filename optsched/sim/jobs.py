@@ -69,6 +69,18 @@ def elastic_rows(trace) -> np.ndarray:
     return np.isinf(steps) if trace.speed != "goodput" else np.ones(len(steps), dtype=bool)
 
 
+def _check_rates(rate: np.ndarray, rows: np.ndarray, where: str) -> None:
+    """A duration trace's rate (steps / duration) in the snapshot's range: outside it the
+    arithmetic underflows or overflows (1e-300 steps over 1e10 s finished in 1 s)."""
+    from optsched.model import MAX_THROUGHPUT, MIN_THROUGHPUT
+
+    bad = ~((rate >= MIN_THROUGHPUT) & (rate <= MAX_THROUGHPUT))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise OptschedError(f"{where}: row {rows[i]}: iterations / duration = {rate[i]:.3g} steps/s, outside "
+                            f"{MIN_THROUGHPUT:g} to {MAX_THROUGHPUT:g} steps/s")
+
+
 def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunnable: bool = False,
                  apps: dict | None = None, co_adapt: bool = False, pair_table=None,
                  spread_rates: bool = False) -> JobArrays:
@@ -95,7 +107,10 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
         dur = j["duration"].to_numpy(dtype=float)
         steps = j["steps_total"].to_numpy(dtype=float)
         steps = np.where(np.isnan(steps), dur, steps)
-        T = np.repeat((steps / np.maximum(dur, 1e-12))[:, None], len(types), axis=1)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rate = steps / dur  # (a zero or tiny duration is out of range below, not floored)
+        _check_rates(rate[~elastic], j["row"].to_numpy()[~elastic], where)
+        T = np.repeat(rate[:, None], len(types), axis=1)
     else:
         table = table or default_throughputs()
         if trace.format == "philly" and (j["model"] == "").any():
@@ -246,9 +261,31 @@ def with_servers(cluster: Cluster) -> Cluster:
     return Cluster(gpus=dict(cluster.gpus), servers=servers)
 
 
-def parse_cluster(spec: str | None = None, servers: str | None = None) -> Cluster:
+def parse_cluster(spec: str | None = None, servers: str | None = None, prices: str | None = None) -> Cluster:
     """``v100=36,p100=36,k80=36`` and/or ``16x4`` (servers × GPUs per server,
-    homogeneous; the type is the single --cluster type, else ``gpu``)."""
+    homogeneous; the type is the single --cluster type, else ``gpu``); ``prices``:
+    ``v100=2.48,k80=0.45`` $/GPU-hour (the cost-aware policies need one per type)."""
+    cluster = _parse_cluster(spec, servers)
+    if not prices:
+        return cluster
+    price: dict[str, float] = {}
+    for part in prices.split(","):
+        name, eq, value = part.partition("=")
+        try:
+            price[name.strip()] = float(value)
+        except ValueError:
+            raise OptschedError(f"--prices: {part!r} is not TYPE=$/GPU-hour (e.g. v100=2.48,k80=0.45)") from None
+        if not eq or not name.strip():
+            raise OptschedError(f"--prices: {part!r} is not TYPE=$/GPU-hour (e.g. v100=2.48,k80=0.45)")
+    for t, v in price.items():
+        if t not in cluster.gpus:
+            raise OptschedError(f"--prices: unknown GPU type {t!r} (cluster has {', '.join(cluster.gpus)})")
+        if not np.isfinite(v) or v < 0:
+            raise OptschedError(f"--prices: {t}={v:g} must be finite and >= 0")
+    return cluster.model_copy(update={"price_per_hour": price})
+
+
+def _parse_cluster(spec: str | None, servers: str | None) -> Cluster:
     from optsched.model import MAX_GPUS, Server
 
     gpus: dict[str, int] = {}

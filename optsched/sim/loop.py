@@ -185,6 +185,7 @@ class _Run:
     overhead: np.ndarray  # restart seconds per job
     round_length: float
     in_window: np.ndarray  # bool per job: counted by ``--window``
+    price: np.ndarray | None  # $/GPU-hour per type (cluster.price_per_hour; nan where not given)
 
     @classmethod
     def of(cls, jobs: JobArrays, cluster: Cluster, config: SimConfig, in_window: np.ndarray) -> "_Run":
@@ -196,7 +197,8 @@ class _Run:
         return cls(jobs, types, {t: j for j, t in enumerate(types)}, capacity, server_gpus(cluster, types),
                    {jid: m for m, jid in enumerate(jobs.job_ids)}, np.maximum(equal_thr, 1e-300),
                    restart_seconds(config, jobs, len(types) > 1), config.resolved_round_length(jobs.any_elastic),
-                   in_window)
+                   in_window, None if cluster.price_per_hour is None
+                   else np.array([cluster.price_per_hour.get(t, np.nan) for t in types], dtype=float))
 
 
 def _policy_options(config: SimConfig, jobs: JobArrays) -> dict:
@@ -314,7 +316,7 @@ def simulate_jobs(
         recompute = should_recompute(ls, config.min_recompute_interval, every)
         solve_s = 0.0
         inst = instance(ls.view, jobs, st, run.capacity, ls.now, run.overhead, run.server, goodput_policy,
-                        fixed_batch=fixed_batch, features=features, resources=resources)
+                        fixed_batch=fixed_batch, features=features, resources=resources, price=run.price)
         if recompute:
             t0 = _time.perf_counter()
             ls.allocation = compute_allocation(

@@ -215,7 +215,8 @@ PREDICTION_POLICIES = ("lucid", "lucid_ageing", "qssf", "allox")
 
 def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarray, now: float,
              restart_seconds: np.ndarray, server: np.ndarray, goodput_policy: bool, *,
-             fixed_batch: bool = False, features=None, resources: ResourceProfiles | None = None) -> Instance:
+             fixed_batch: bool = False, features=None, resources: ResourceProfiles | None = None,
+             price: np.ndarray | None = None) -> Instance:
     """The round's Instance of the active jobs. ``goodput_policy``: elastic
     jobs carry their goodput models (ElasticInfo); ``fixed_batch`` (optimus):
     also their fixed batch sizes and remaining iterations (``optimus_extras``);
@@ -256,6 +257,7 @@ def instance(view: ActiveSet, jobs: JobArrays, st: SimState, capacity: np.ndarra
         pairs=view.pairs,
         pair_throughput=view.pair_throughput,
         elastic=elastic,
+        price=price,
         extras={"current_type": st.config[act, 0], **extras},  # the column each job runs on (-1: waiting); sticky fifo
     )
 
