@@ -34,6 +34,7 @@ import numpy as np
 from optsched.formulations.priority import greedy_fit
 from optsched.formulations.seed_common import remaining_predicted, running_mask, waiting_seconds
 from optsched.model import Allocation, Instance, OptschedError
+from optsched.policy_options import check_number
 
 
 def processing_times(inst: Instance, predictor=None) -> tuple[np.ndarray, str]:
@@ -73,8 +74,10 @@ def min_cost_assignment(P: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
 
 def allocate(inst: Instance, policy: str = "allox", solver: str = "auto", time_limit: float = 60.0,
              alpha: float = 1.0, max_jobs: int = 400, predictor=None, **_) -> Allocation:
+    alpha = check_number("alpha", alpha)
     if not 0 < alpha <= 1:
         raise OptschedError(f"alpha: the fairness knob must be in (0, 1], got {alpha}")
+    max_jobs = check_number("max_jobs", max_jobs, 1, whole=True)
     t0 = time.perf_counter()
     running = running_mask(inst)
     P_full, source = processing_times(inst, predictor)

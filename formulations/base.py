@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from optsched.model import Instance, OptschedError
+from optsched.policy_options import check_flag, check_number
 from optsched.solvers import block_lp
 from optsched.solvers.block_lp import BlockLP, BlockSolution, PairBlock
 
@@ -251,6 +252,8 @@ def packing_pairs(inst: Instance, packing: bool = False, max_partners: int | Non
         Σ_j X[m, j] + Σ_{p ∋ m} Σ_j Y[p, j] <= 1,
         Σ_m s_m X[m, j] + Σ_p s_p Y[p, j] <= W_j,   Y[p, j] = 0 unless admitted.
     """
+    packing = check_flag("packing", packing)
+    max_partners = check_number("max_partners", max_partners, 0, whole=True, none=True)
     if not packing:
         return None
     if max_partners is not None and max_partners != PRICED_PARTNERS:

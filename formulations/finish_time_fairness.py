@@ -55,6 +55,7 @@ from optsched.formulations.base import (
     type_blind,
 )
 from optsched.model import Instance
+from optsched.policy_options import check_flag
 from optsched.solvers import block_lp
 from optsched.solvers.block_lp import BlockSolution
 
@@ -77,6 +78,7 @@ def rho_coefficients(inst: Instance, T: np.ndarray, policy: str = "finish_time_f
 
 
 def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:
+    agnostic = check_flag("agnostic", agnostic)
     T = type_blind(inst.throughput) if agnostic else inst.throughput
     a, b = rho_coefficients(inst, T)
     # Rows in units of the isolated throughput (ρ is invariant): thr ~ 1.

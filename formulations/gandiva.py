@@ -29,11 +29,14 @@ import numpy as np
 
 from optsched.formulations.priority import gandiva_pack, greedy_fit, priority_order
 from optsched.model import Allocation, Instance, OptschedError
+from optsched.policy_options import check_flag, check_number
 
 
 def allocate(inst: Instance, policy: str = "gandiva", solver: str = "auto", time_limit: float = 60.0,
              time_slicing: bool = True, packing: bool = False, max_partners: int | None = None, agnostic: bool = False,
              **_) -> Allocation:
+    time_slicing, agnostic = check_flag("time_slicing", time_slicing), check_flag("agnostic", agnostic)
+    max_partners = check_number("max_partners", max_partners, 0, whole=True, none=True)
     t0 = time.perf_counter()
     order, _ = priority_order(inst, "fifo")
     X = greedy_fit(inst, order, agnostic)

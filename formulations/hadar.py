@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from optsched.model import Allocation, Instance
+from optsched.policy_options import check_flag
 
 
 def build(inst: Instance, relax: bool = False):
@@ -83,6 +84,7 @@ def allocate(inst: Instance, policy: str = "hadar", solver: str = "highs", time_
              force_fallback: bool = False, **_) -> Allocation:
     from optsched.solvers import solve as run
 
+    force_fallback = check_flag("force_fallback", force_fallback)
     t0 = time.perf_counter()
     prob, x, a, z = build(inst)
     sol = run(prob, solver="highs", time_limit=time_limit) if not force_fallback else None

@@ -19,7 +19,7 @@ import numpy as np
 
 from optsched.formulations.base import no_packing
 from optsched.formulations.max_min_fairness import normalized_throughput
-from optsched.formulations.water_filling import water_fill
+from optsched.formulations.water_filling import check_water_fill_options, water_fill
 from optsched.model import Allocation, Instance
 
 
@@ -48,5 +48,6 @@ def allocate(
     warm_levels: bool = True,
 ) -> Allocation:
     no_packing(policy, packing)
+    max_rounds, warm_levels = check_water_fill_options(max_rounds, warm_levels)
     A0 = normalized_throughput(inst, agnostic) * inst.weight[:, None]
     return water_fill(inst, policy, A0, tenant_weights(inst), solver, time_limit, max_rounds, warm_levels)

@@ -41,7 +41,8 @@ from optsched.formulations.priority import greedy_fit
 from optsched.formulations.seed_common import (
     contributions_dict, executed_seconds, pinned_order, running_mask, waiting_seconds,
 )
-from optsched.model import Allocation, Instance, OptschedError
+from optsched.model import MAX_GPUS, Allocation, Instance, OptschedError
+from optsched.policy_options import MAX_SECONDS, check_flag, check_number
 
 # Binds pairs itself from the instance's candidate pairs: the simulator's --packing
 # offers them (optsched.sim.supports_packing).
@@ -77,8 +78,11 @@ def allocate(inst: Instance, policy: str = "lucid", solver: str = "auto", time_l
              age_seconds: float = 4 * 3600.0, binding: bool = True, explain: bool | None = None, **_) -> Allocation:
     from optsched.predict.models import predicted_durations
 
-    if profile_minutes < 0 or (profile_gpus is not None and profile_gpus < 0):
-        raise OptschedError("profile_gpus/profile_minutes: must be >= 0")
+    # profile_gpus above the largest type's GPUs is that type's GPUs (the cluster may change between rounds).
+    profile_gpus = check_number("profile_gpus", profile_gpus, 0, MAX_GPUS, whole=True, none=True, unit="GPUs")
+    profile_minutes = check_number("profile_minutes", profile_minutes, 0.0, MAX_SECONDS / 60.0, unit="minutes")
+    age_seconds = check_number("age_seconds", age_seconds, 0.0, MAX_SECONDS, lo_open=True, unit="s")
+    ageing, binding = check_flag("ageing", ageing), check_flag("binding", binding)
     t0 = time.perf_counter()
     want = bool(explain or (explain is None and inst.n <= 200))
     pred, source, contrib = predicted_durations(inst, predictor, contributions=want)

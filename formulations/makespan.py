@@ -20,10 +20,12 @@ import numpy as np
 
 from optsched.formulations.base import Formulation, base_lp, job_share, packing_pairs, require_steps_remaining, type_blind
 from optsched.model import Instance
+from optsched.policy_options import check_flag
 
 
 def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:
     R = require_steps_remaining(inst, "makespan")
+    agnostic = check_flag("agnostic", agnostic)
     T = type_blind(inst.throughput) if agnostic else inst.throughput
     pk = packing_pairs(inst, packing, max_partners)
     live = R > 0

@@ -26,10 +26,12 @@ from optsched.formulations.base import (
     packing_pairs,
 )
 from optsched.model import Instance
+from optsched.policy_options import check_flag
 
 
 def normalized_throughput(inst: Instance, agnostic: bool = False) -> np.ndarray:
     """Rows of T scaled so that X's row-product is job m's share relative to its equal share."""
+    agnostic = check_flag("agnostic", agnostic)
     T = heterogeneity_agnostic(inst.throughput) if agnostic else inst.throughput
     coef = inst.scale_factor / (inst.weight * equal_share_throughput(inst, T))
     return T * coef[:, None]

@@ -23,9 +23,11 @@ from optsched.formulations.base import (
     packing_pairs,
 )
 from optsched.model import Instance
+from optsched.policy_options import check_flag
 
 
 def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:
+    agnostic = check_flag("agnostic", agnostic)
     T = heterogeneity_agnostic(inst.throughput) if agnostic else inst.throughput
     A = T / isolated_throughput(inst, T)[:, None]
     pk = packing_pairs(inst, packing, max_partners)

@@ -25,6 +25,7 @@ import numpy as np
 
 from optsched.formulations.base import Formulation, base_lp, isolated_throughput, no_packing
 from optsched.model import Instance, OptschedError
+from optsched.policy_options import check_flag
 
 
 def prices(inst: Instance) -> np.ndarray:
@@ -32,7 +33,7 @@ def prices(inst: Instance) -> np.ndarray:
     for j, t in enumerate(inst.gpu_types):
         if not np.isfinite(price[j]) or price[j] <= 0:
             what = "is missing" if not np.isfinite(price[j]) else f"must be > 0 ({price[j]:g})"
-            raise OptschedError(f"cluster.price_per_hour[{t!r}]: cost-aware policies need a price for every GPU type ({what})")
+            raise OptschedError(f"cluster.price_per_hour[{t!r}]: cost-aware policies need a price for every GPU type ({what}; simulate and compare: --prices)")
     return price
 
 
@@ -53,6 +54,7 @@ def slo_rates(inst: Instance) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 def build(inst: Instance, slo: bool = False, packing: bool = False, with_slos: bool = True) -> Formulation:
     no_packing("min_cost", packing)
+    slo, with_slos = check_flag("slo", slo), check_flag("with_slos", with_slos)
     price = prices(inst)
     A = inst.throughput / isolated_throughput(inst, inst.throughput)[:, None]
     C = A / (inst.scale_factor[:, None] * price[None, :])

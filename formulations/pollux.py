@@ -46,8 +46,12 @@ from optsched.formulations.configurations import (
     solve_assignment,
 )
 from optsched.model import Allocation, Instance, OptschedError
+from optsched.policy_options import check_flag, check_number
 
 EPS = 1e-3  # Pollux's offset inside the power mean
+# The fairness knob's floor (Pollux and Sia): EPS^p is 1e30 at p = -10 and overflows
+# a float below p ≈ -103; Pollux's and Sia's papers use p in [-1, 1].
+MIN_P = -10.0
 
 
 def fair_share_goodput(inst: Instance, gm) -> np.ndarray:
@@ -85,8 +89,12 @@ def utilities(speedup: np.ndarray, p: float) -> np.ndarray:
 def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time_limit: float = 60.0,
              p: float = -1.0, restart_penalty: bool = True, agnostic: bool | None = None,
              force_fallback: bool = False, **_) -> Allocation:
+    p = check_number("p", p, MIN_P)
     if p > 1:
         raise OptschedError(f"p: the fairness knob must be <= 1 (got {p})")
+    restart_penalty = check_flag("restart_penalty", restart_penalty)
+    force_fallback = check_flag("force_fallback", force_fallback)
+    agnostic = check_flag("agnostic", agnostic, none=True)
     if agnostic is None:
         agnostic = inst.k > 1
     gm = goodput_matrix(inst, agnostic=agnostic)

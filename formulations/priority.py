@@ -60,6 +60,7 @@ import numpy as np
 
 from optsched.formulations.base import admitted_pairs, require_steps_remaining
 from optsched.model import Allocation, Instance, OptschedError
+from optsched.policy_options import MAX_GPU_SECONDS, check_flag, check_increasing, check_number
 
 ORDERS = ("fifo", "las", "srtf", "tiresias", "gandiva")
 TIRESIAS_THRESHOLDS = (3250.0, 7200.0)  # GPU-seconds, Tiresias simulator jobs.py
@@ -295,6 +296,13 @@ def allocate(
     sticky: bool = False,
 ) -> Allocation:
     """solver and time_limit are unused: a priority order needs no solver."""
+    agnostic, sticky = check_flag("agnostic", agnostic), check_flag("sticky", sticky)
+    if discretization == "gittins" and thresholds is not TIRESIAS_THRESHOLDS:  # (they would be ignored)
+        raise OptschedError("thresholds: tiresias_gittins computes its queue thresholds from the GPU-time prior "
+                            "(Gittins index); give prior=<CSV> instead")
+    thresholds = check_increasing("thresholds", thresholds, MAX_GPU_SECONDS, unit="GPU-seconds")
+    starvation_factor = check_number("starvation_factor", starvation_factor, 0.0)
+    max_partners = check_number("max_partners", max_partners, 0, whole=True, none=True)
     if sticky and order != "fifo":
         raise OptschedError(f"sticky: only the fifo order keeps running jobs in place (policy {policy})")
     if packing and order != "gandiva":

@@ -33,11 +33,13 @@ from optsched.formulations.base import (
     no_packing,
 )
 from optsched.model import Instance
+from optsched.policy_options import check_flag
 from optsched.solvers.block_lp import BlockLP, BlockSolution, to_matrix
 
 
 def build(inst: Instance, agnostic: bool = False, packing: bool = False) -> Formulation:
     no_packing("proportional_fairness", packing)
+    agnostic = check_flag("agnostic", agnostic)
     T = heterogeneity_agnostic(inst.throughput) if agnostic else inst.throughput
     A = T / isolated_throughput(inst, T)[:, None]
     lp = base_lp(inst, A=A)

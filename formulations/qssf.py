@@ -24,6 +24,7 @@ from optsched.formulations.seed_common import (
     contributions_dict, pinned_order, remaining_predicted, running_mask,
 )
 from optsched.model import Allocation, Instance
+from optsched.policy_options import check_flag
 
 
 def allocate(inst: Instance, policy: str = "qssf", solver: str = "auto", time_limit: float = 60.0,
@@ -31,6 +32,7 @@ def allocate(inst: Instance, policy: str = "qssf", solver: str = "auto", time_li
              **_) -> Allocation:
     from optsched.predict.models import predicted_durations
 
+    preemptive, agnostic = check_flag("preemptive", preemptive), check_flag("agnostic", agnostic)
     t0 = time.perf_counter()
     want = bool(explain or (explain is None and inst.n <= 200))
     pred, source, contrib = predicted_durations(inst, predictor, contributions=want)

@@ -24,6 +24,7 @@ from optsched.formulations.configurations import (
     solve_assignment,
 )
 from optsched.model import Allocation, Instance, OptschedError
+from optsched.policy_options import check_flag, check_number
 
 ZERO_ALLOC_GAIN = 1e-4  # Sia's floor on normalized goodput
 
@@ -46,8 +47,15 @@ def utilities(inst: Instance, G: np.ndarray, current: np.ndarray, p: float, lamb
 def allocate(inst: Instance, policy: str = "sia", solver: str = "highs", time_limit: float = 60.0,
              p: float = -0.5, lambda_n: float = 1.1, restart_penalty: bool = True,
              force_fallback: bool = False, **_) -> Allocation:
+    from optsched.formulations.pollux import MIN_P
+
+    p = check_number("p", p, MIN_P)
     if p == 0 or p > 1:
         raise OptschedError(f"p: Sia's fairness knob must be non-zero and <= 1 (got {p})")
+    # λ_n: the cost of leaving a job without GPUs (negative: leaving jobs out would pay).
+    lambda_n = check_number("lambda_n", lambda_n, 0.0)
+    restart_penalty = check_flag("restart_penalty", restart_penalty)
+    force_fallback = check_flag("force_fallback", force_fallback)
     gm = goodput_matrix(inst)
     check_feasible(inst, gm.goodput)
     U, Gn = utilities(inst, gm.goodput, gm.current, p, lambda_n, restart_penalty)

@@ -43,6 +43,7 @@ import numpy as np
 from optsched.formulations.base import base_lp, fallback_allocation, no_packing
 from optsched.formulations.max_min_fairness import normalized_throughput
 from optsched.model import Allocation, Instance
+from optsched.policy_options import check_flag, check_number
 from optsched.solvers import block_backend, block_lp
 
 # A job is stuck when its multiplier, scaled to mean 1 over the unfrozen jobs,
@@ -66,9 +67,16 @@ def allocate(
     warm_levels: bool = True,
 ) -> Allocation:
     no_packing(policy, packing)
+    max_rounds, warm_levels = check_water_fill_options(max_rounds, warm_levels)
     A0 = normalized_throughput(inst, agnostic) * inst.weight[:, None]  # unweighted share
     weights = weights or (lambda frozen: inst.weight)
     return water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds, warm_levels)
+
+
+def check_water_fill_options(max_rounds, warm_levels) -> tuple[int | None, bool]:
+    """``max_rounds``: None (until every job is frozen) or a whole number >= 1; ``warm_levels``: a flag."""
+    return (check_number("max_rounds", max_rounds, 1, whole=True, none=True),
+            check_flag("warm_levels", warm_levels))
 
 
 def round_lp(inst: Instance, A0: np.ndarray, w: np.ndarray, frozen: np.ndarray, level: np.ndarray, full=None):

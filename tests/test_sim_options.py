@@ -115,6 +115,11 @@ CASES = {
                                and s["migrations"] <= b["migrations"])},
     "--hysteresis": {"*": (["--hysteresis", "50"], lambda b, s, d: _config(d)["allocator_options"] == {"hysteresis": 50.0}
                            and s["migrations"] <= b["migrations"])},
+    # min_cost could not run in the simulator before (no way to give prices); the cheapest type is used
+    "--prices": {"*": (["--policy", "min_cost", "--prices", "v100=3,p100=2,k80=0.5"],
+                       lambda b, s, d: s["utilization"]["k80"] > 0 and s["jobs"] == b["jobs"]),
+                 "tiresias": (["--policy", "min_cost", "--prices", "gpu=1"], lambda b, s, d: s["jobs"] == b["jobs"]),
+                 "pollux": (["--policy", "min_cost", "--prices", "gpu=1"], lambda b, s, d: s["jobs"] == b["jobs"])},
     "--placement": {"*": (["--placement", "first_fit"], lambda b, s, d: _config(d)["placement"] == "first_fit")},
     "--packing": {"gavel": (["--packing", "--throughputs", "GAVEL"], lambda b, s, d: s["packing"] is True),
                   "philly": (["--packing", "--throughputs", "GAVEL"], lambda b, s, d: s["packing"] is True),

@@ -258,7 +258,7 @@ def with_servers(cluster: Cluster) -> Cluster:
         servers += [Server(id=f"{t}-{i}", gpu_type=t, gpus=p) for i in range(full)]
         if rest:
             servers.append(Server(id=f"{t}-{full}", gpu_type=t, gpus=rest))
-    return Cluster(gpus=dict(cluster.gpus), servers=servers)
+    return cluster.model_copy(update={"servers": servers})
 
 
 def parse_cluster(spec: str | None = None, servers: str | None = None, prices: str | None = None) -> Cluster:
