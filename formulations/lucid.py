@@ -41,7 +41,7 @@ from optsched.formulations.priority import greedy_fit
 from optsched.formulations.seed_common import (
     contributions_dict, executed_seconds, pinned_order, running_mask, waiting_seconds,
 )
-from optsched.model import MAX_GPUS, Allocation, Instance, OptschedError
+from optsched.model import MAX_GPUS, Allocation, Instance, OptschedError, pair_key
 from optsched.policy_options import MAX_SECONDS, check_flag, check_number
 
 # Binds pairs itself from the instance's candidate pairs: the simulator's --packing
@@ -154,7 +154,7 @@ def allocate(inst: Instance, policy: str = "lucid", solver: str = "auto", time_l
         "job_class": {jid: CLASSES[c] for jid, c in zip(inst.job_ids, cls)},
         "predicted_duration": {jid: float(d) for jid, d in zip(inst.job_ids, pred)},
         "prediction_source": source,
-        "bound_pairs": [f"{inst.job_ids[a]}+{inst.job_ids[b]}" for a, b in pairs.tolist()],
+        "bound_pairs": [pair_key(inst.job_ids[a], inst.job_ids[b]) for a, b in pairs.tolist()],
         "ageing": bool(ageing),
     }
     if contrib is not None:

@@ -52,6 +52,19 @@ EPS = 1e-3  # Pollux's offset inside the power mean
 # The fairness knob's floor (Pollux and Sia): EPS^p is 1e30 at p = -10 and overflows
 # a float below p ≈ -103; Pollux's and Sia's papers use p in [-1, 1].
 MIN_P = -10.0
+# Below this |p| (but not 0) s**p is 1 to machine precision for every speedup: the knob would
+# erase the choice (p = 1e-300 scored every configuration alike). p = 0 is the geometric mean.
+MIN_ABS_P = 1e-3
+
+
+def check_p(p, zero: bool = True) -> float:
+    """The fairness knob p of Pollux (``zero``: 0 is the geometric mean) and Sia (no 0)."""
+    p = check_number("p", p, MIN_P, 1.0)
+    if (p == 0 and not zero) or 0 < abs(p) < MIN_ABS_P:
+        allowed = "0 (geometric mean) or " if zero else ""
+        raise OptschedError(f"p: the fairness knob must be {allowed}{MIN_P:g} <= p <= {-MIN_ABS_P:g} or "
+                            f"{MIN_ABS_P:g} <= p <= 1 (got {p:g})")
+    return p
 
 
 def fair_share_goodput(inst: Instance, gm) -> np.ndarray:
@@ -89,9 +102,7 @@ def utilities(speedup: np.ndarray, p: float) -> np.ndarray:
 def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time_limit: float = 60.0,
              p: float = -1.0, restart_penalty: bool = True, agnostic: bool | None = None,
              force_fallback: bool = False, **_) -> Allocation:
-    p = check_number("p", p, MIN_P)
-    if p > 1:
-        raise OptschedError(f"p: the fairness knob must be <= 1 (got {p})")
+    p = check_p(p)
     restart_penalty = check_flag("restart_penalty", restart_penalty)
     force_fallback = check_flag("force_fallback", force_fallback)
     agnostic = check_flag("agnostic", agnostic, none=True)

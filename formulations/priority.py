@@ -74,13 +74,16 @@ DISCRETIZATIONS = ("fixed", "gittins")
 
 def gpu_time_prior(prior=None) -> np.ndarray:
     """Sorted GPU-time samples (seconds) of the Gittins prior (see module doc); cached per path."""
-    key = prior if isinstance(prior, (str, type(None))) else None
-    if key in _PRIORS or (key is None and None in _PRIORS):
-        return _PRIORS[key]
-    S = _read_prior(prior)
-    if isinstance(prior, (str, type(None))):
-        _PRIORS[key] = S
-    return S
+    import os
+
+    if isinstance(prior, (list, tuple, np.ndarray)):
+        return _read_prior(prior)  # samples: not cached (a list would have read the default's entry)
+    if prior is not None and not isinstance(prior, (str, os.PathLike)):
+        raise OptschedError(f"prior: a CSV path or a list of GPU-seconds, not {type(prior).__name__} ({prior!r})")
+    key = None if prior is None else str(prior)
+    if key not in _PRIORS:
+        _PRIORS[key] = _read_prior(prior)
+    return _PRIORS[key]
 
 
 _PRIORS: dict = {}
@@ -110,6 +113,8 @@ def _read_prior(prior) -> np.ndarray:
             df = pd.read_csv(path)
         except FileNotFoundError:
             raise OptschedError(f"prior: no such file {str(path)!r}") from None
+        except (OSError, ValueError, UnicodeDecodeError) as e:  # a directory, a binary file, malformed CSV
+            raise OptschedError(f"prior: cannot read {str(path)!r} as CSV ({type(e).__name__})") from None
         if "duration" not in df:
             raise OptschedError(f"prior: {path} has no 'duration' column (GPU-seconds per job)")
         S = pd.to_numeric(df["duration"], errors="coerce").to_numpy(dtype=float)
@@ -297,6 +302,8 @@ def allocate(
 ) -> Allocation:
     """solver and time_limit are unused: a priority order needs no solver."""
     agnostic, sticky = check_flag("agnostic", agnostic), check_flag("sticky", sticky)
+    if discretization != "gittins" and prior is not None:  # (it would be ignored)
+        raise OptschedError("prior: only tiresias_gittins reads a GPU-time prior")
     if discretization == "gittins" and thresholds is not TIRESIAS_THRESHOLDS:  # (they would be ignored)
         raise OptschedError("thresholds: tiresias_gittins computes its queue thresholds from the GPU-time prior "
                             "(Gittins index); give prior=<CSV> instead")

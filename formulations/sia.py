@@ -29,6 +29,9 @@ from optsched.policy_options import check_flag, check_number
 ZERO_ALLOC_GAIN = 1e-4  # Sia's floor on normalized goodput
 
 
+MAX_LAMBDA_N = 1e6
+
+
 def utilities(inst: Instance, G: np.ndarray, current: np.ndarray, p: float, lambda_n: float,
               restart_penalty: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(U for the MILP, normalized goodput Ĝ after the restart factor)."""
@@ -47,13 +50,12 @@ def utilities(inst: Instance, G: np.ndarray, current: np.ndarray, p: float, lamb
 def allocate(inst: Instance, policy: str = "sia", solver: str = "highs", time_limit: float = 60.0,
              p: float = -0.5, lambda_n: float = 1.1, restart_penalty: bool = True,
              force_fallback: bool = False, **_) -> Allocation:
-    from optsched.formulations.pollux import MIN_P
+    from optsched.formulations.pollux import check_p
 
-    p = check_number("p", p, MIN_P)
-    if p == 0 or p > 1:
-        raise OptschedError(f"p: Sia's fairness knob must be non-zero and <= 1 (got {p})")
-    # λ_n: the cost of leaving a job without GPUs (negative: leaving jobs out would pay).
-    lambda_n = check_number("lambda_n", lambda_n, 0.0)
+    p = check_p(p, zero=False)
+    # λ_n: the cost of leaving a job without GPUs (negative: leaving jobs out would pay). Sia uses
+    # 1.1; past MAX_LAMBDA_N the utilities lose every other term to rounding (1e30 made HiGHS fail).
+    lambda_n = check_number("lambda_n", lambda_n, 0.0, MAX_LAMBDA_N)
     restart_penalty = check_flag("restart_penalty", restart_penalty)
     force_fallback = check_flag("force_fallback", force_fallback)
     gm = goodput_matrix(inst)

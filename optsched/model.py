@@ -35,6 +35,9 @@ MAX_SERVERS = MAX_GPUS  # a server has at least one GPU
 # made max-min report 3e-11 as "optimal"; 1e-300 made water filling run for
 # thousands of rounds).
 MIN_THROUGHPUT, MAX_THROUGHPUT = 1e-12, 1e15  # steps/s; 0 = cannot run there
+# $/GPU-hour: 0 (free) or in this range; outside it the cost-aware programs lose every other
+# term to rounding (1e-300 made every round's solve fail).
+MIN_PRICE, MAX_PRICE = 1e-6, 1e6
 MIN_WEIGHT, MAX_WEIGHT = 1e-9, 1e9
 
 
@@ -358,11 +361,9 @@ class Snapshot(_Strict):
         types = set(self.cluster.gpus)
         for i in _suspect_jobs(self.jobs, self.cluster.gpus):  # vectorized: the jobs a check below might refuse
             _check_job(i, self.jobs[i], id_set, types, self.cluster.gpus)
-        for t, price in (self.cluster.price_per_hour or {}).items():
-            if t not in types:
-                raise ValueError(f"cluster.price_per_hour: unknown GPU type {t!r}")
-            if not math.isfinite(price) or price < 0:
-                raise ValueError(f"cluster.price_per_hour[{t!r}] must be finite and >= 0 ({price})")
+        bad_price = check_prices(self.cluster.price_per_hour or {}, types)
+        if bad_price:
+            raise ValueError(f"cluster.price_per_hour{bad_price}")
         for e, w in (self.entity_weights or {}).items():
             if not math.isfinite(w) or not MIN_WEIGHT <= w <= MAX_WEIGHT:
                 raise ValueError(f"entity_weights[{e!r}] must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g} ({w})")
@@ -937,11 +938,31 @@ class Allocation:
 
     def _packed_dict(self) -> dict:
         return {
-            f"{self.job_ids[a]}+{self.job_ids[b]}": {
+            pair_key(self.job_ids[a], self.job_ids[b]): {
                 t: float(self.pair_fractions[p, j]) for j, t in enumerate(self.gpu_types) if self.pair_fractions[p, j] > 0
             }
             for p, (a, b) in enumerate(self.pairs)
         }
+
+
+def check_prices(prices: dict, types) -> str | None:
+    """None when every price is for a known GPU type and 0 or in [MIN_PRICE, MAX_PRICE]; else the
+    problem, located after the prices' name (``[ 'v100']: must be ...``)."""
+    for t, price in prices.items():
+        if t not in types:
+            return f": unknown GPU type {t!r} (cluster has {', '.join(sorted(types))})"
+        if not (isinstance(price, (int, float)) and math.isfinite(price)
+                and (price == 0 or MIN_PRICE <= price <= MAX_PRICE)):
+            return f"[{t!r}]: must be 0 or between {MIN_PRICE:g} and {MAX_PRICE:g} $/GPU-hour ({price})"
+    return None
+
+
+def pair_key(a: str, b: str) -> str:
+    """A packed pair's key in ``packed_allocation``: "a+b", or the JSON list '["a+b", "c"]' when
+    an id holds a '+' (pairs (a+b, c) and (a, b+c) would both read "a+b+c")."""
+    if "+" in a or "+" in b:
+        return json.dumps([a, b])
+    return f"{a}+{b}"
 
 
 def _positive_rows(values: np.ndarray, names: tuple[str, ...]) -> list[dict]:

@@ -254,26 +254,28 @@ def row_classes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def candidate_pairs(labels: np.ndarray, T: np.ndarray, sf: np.ndarray, rates: Callable[[int, int], np.ndarray],
                     max_partners: int = 8) -> tuple[np.ndarray, np.ndarray]:
     """The per-job candidate rule for pair rates given by label (job type, model): each job
-    is offered at most ``max_partners`` partners, the labels with the best packing gain
-    t_a/T_a + t_b/T_b first (equal scale factors only; a label's gain read on its first
-    member), members of a partner label spread over the job's own label mates. Returns
-    (pairs (p, 2) with a < b, pair throughputs (p, k, 2)): O(n · max_partners) pairs.
-    Labels < 0 are not offered."""
+    picks at most ``max_partners`` partners (and may be picked by more), the labels with the
+    best packing gain t_a/T_a + t_b/T_b first (equal scale factors only; a label's gain read
+    on its members' lowest throughputs, the best case: members of a label may differ, and the
+    policy's admission rule then keeps each pair that gains), members of a partner label
+    spread over the job's own label mates. Returns (pairs (p, 2) with a < b, pair
+    throughputs (p, k, 2)): O(n · max_partners) pairs. Labels < 0 are not offered."""
     k = T.shape[1]
     members: dict[tuple, list[int]] = {}
     for pos, key in enumerate(zip(labels.tolist(), sf.tolist())):
         if key[0] >= 0:
             members.setdefault(key, []).append(pos)
+    lowest = {a: np.where(T[own] > 0, T[own], np.inf).min(axis=0) for a, own in members.items()}
     pair_rates: dict[tuple, np.ndarray] = {}
     ranked: dict[tuple, list[tuple]] = {}
     for a in members:
-        Ta = T[members[a][0]]
+        Ta = np.where(np.isfinite(lowest[a]), lowest[a], 0.0)
         gains = []
         for b in members:
             if a[1] != b[1]:
                 continue  # equal scale factors only (GPUs shared one for one)
             r = rates(a[0], b[0])
-            Tb = T[members[b][0]]
+            Tb = np.where(np.isfinite(lowest[b]), lowest[b], 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 g = np.where((Ta > 0) & (Tb > 0), r[:, 0] / Ta + r[:, 1] / Tb, 0.0)
             if g.max() > 1.0:
@@ -317,13 +319,14 @@ def _model_rates(inst: Instance) -> tuple[np.ndarray, Callable[[int, int], np.nd
     return labels, rates
 
 
-def with_candidate_pairs(inst: Instance, max_partners: int = 8) -> Instance:
+def with_candidate_pairs(inst: Instance, max_partners: int | None = 8) -> Instance:
     """``inst`` with pairs from its pair throughputs by model (``extras["colocation"]``)
     by the candidate rule: what every packing policy but max_min_fairness solves over."""
     import dataclasses
 
     labels, rates = _model_rates(inst)
-    pairs, rate = candidate_pairs(labels, inst.throughput, inst.scale_factor, rates, max_partners)
+    cap = inst.n if max_partners is None else max_partners  # None: every pair the table gains on
+    pairs, rate = candidate_pairs(labels, inst.throughput, inst.scale_factor, rates, cap)
     extras = {key: v for key, v in inst.extras.items() if key != "colocation"}  # the table is now pairs
     return dataclasses.replace(inst, pairs=pairs, pair_throughput=rate, extras=extras)
 
@@ -351,4 +354,4 @@ def solve_by_model(inst: Instance, policy: str, time_limit: float, options: dict
                 return Allocation.of(inst, policy, X, status, objective, 0.0), inst
             alloc.explanation["colocation"] = "every pair of jobs (class program)"
             return alloc, inst
-    return None, with_candidate_pairs(inst)
+    return None, with_candidate_pairs(inst, options.get("max_partners", 8))

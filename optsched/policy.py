@@ -187,6 +187,10 @@ def solve_instance(
     ``warm``: (prices per type, level[, crossover slacks]) of a similar program,
     for policies that are one block LP (POP's sibling partitions); others ignore it."""
     options.pop("fast", None)
+    if "packing" in options:  # "false" or 2 would read as true on the colocation path below
+        from optsched.policy_options import check_flag
+
+        options["packing"] = check_flag("packing", options["packing"])
     check_packing(policy, bool(options.get("packing")))
     if options.get("packing") and "colocation" in inst.extras:
         from optsched.packed_classes import solve_by_model
@@ -194,9 +198,11 @@ def solve_instance(
         packed, inst = solve_by_model(inst, policy, time_limit, options)
         if packed is not None:
             return packed
-        if len(inst.pairs):
+        if "colocation" not in inst.extras:  # the table became candidate pairs (else: nothing to pair)
             alloc = solve_instance(inst, policy, solver, time_limit, warm, **options)
-            alloc.explanation["colocation"] = "candidate pairs (at most 8 partners per job)"
+            cap = options.get("max_partners", 8)
+            alloc.explanation["colocation"] = (f"candidate pairs ({len(inst.pairs):,}; each job picks "
+                                               + ("every partner" if cap is None else f"at most {cap} partners") + ")")
             return alloc
     try:
         solver = solver_name(solver)

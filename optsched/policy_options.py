@@ -128,7 +128,7 @@ def _parse(key: str, text: str, default):
         return v
     if isinstance(default, (tuple, list)):
         try:
-            vals = tuple(float(x) for x in t.split(",") if x.strip())
+            vals = tuple(float(x) for x in t.split(","))  # an empty item ("3600,,7200") is an error
         except ValueError:
             raise bad from None
         if not vals or not all(math.isfinite(v) for v in vals):

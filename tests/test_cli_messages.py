@@ -35,7 +35,8 @@ def test_simulate_takes_prices_for_the_cost_aware_policies():
     res = runner.invoke(app, ["simulate", "--policy", "min_cost", "--quiet", "--sample", "5"])
     assert res.exit_code == 2 and "--prices" in res.output
     for bad, msg in (("v100=x", "is not TYPE=$/GPU-hour"), ("a100=1", "unknown GPU type 'a100'"),
-                     ("v100=-1", "must be finite and >= 0")):
+                     ("v100=-1", "must be 0 or between 1e-06 and 1e+06"), ("v100=1e-300", "must be 0 or between"),
+                     ("v100=1,v100=2", "v100 is given twice")):
         res = runner.invoke(app, ["simulate", "--policy", "min_cost", "--quiet", "--sample", "5", "--prices", bad])
         assert res.exit_code == 2 and msg in res.output, res.output
 

@@ -229,3 +229,40 @@ def test_an_unsolved_class_program_falls_back_with_a_status(monkeypatch):
 
     inst, pc = class_instance(3, 2, 8)
     assert solve_packed_classes(inst, pc) is None
+
+
+def test_candidates_read_a_model_on_its_slowest_member_and_take_max_partners():
+    """Jobs of one model may differ: a2 (2 steps/s) gains with b (3/2 + 4/10 = 1.9) though a1
+    (10 steps/s) does not; the rule read the model on a1 alone and offered no pair."""
+    jobs = [{"id": i, "model": m, "throughput": {"v100": t}, "steps_total": 1000.0}
+            for i, m, t in (("a1", "m", 10.0), ("a2", "m", 2.0), ("b", "n", 10.0))]
+    snap = {"cluster": {"gpus": {"v100": 1}}, "jobs": jobs, "colocation": {"m": {"n": {"v100": [3.0, 4.0]}}}}
+    for policy in ("max_throughput", "makespan", "finish_time_fairness"):
+        ours = solve(parse_snapshot(snap), policy, packing=True)
+        listed = solve(parse_snapshot(per_pair(snap)), policy, packing=True, max_partners=None)
+        assert ours.objective == pytest.approx(listed.objective, rel=1e-6), policy
+        assert "a2+b" in ours.to_dict()["packed_allocation"], policy
+    # max_partners reaches the candidate rule: None offers every pair the table gains on
+    big = by_model(4, 14, 2)
+    n_pairs = {cap: len(solve(parse_snapshot(big), "max_throughput", packing=True, max_partners=cap).pairs)
+               for cap in (1, None)}
+    assert n_pairs[1] < n_pairs[None]
+
+
+@pytest.mark.parametrize("bad", ["false", 2, 0.5, "no"])
+def test_packing_must_be_a_flag_on_every_path(bad):
+    snap = by_model(2, 6, 2)
+    with pytest.raises(OptschedError, match="^packing: "):
+        solve(parse_snapshot(snap), "max_min_fairness", packing=bad)
+
+
+def test_packed_pair_keys_do_not_collide_when_ids_hold_a_plus():
+    """(a+b, c) and (a, b+c) both read "a+b+c": one pair was lost from packed_allocation."""
+    jobs = [{"id": i, "model": "m", "throughput": {"v100": 10.0}} for i in ("a+b", "a", "b+c", "c")]
+    snap = {"cluster": {"gpus": {"v100": 1}}, "jobs": jobs, "colocation": {"m": {"m": {"v100": [8.0, 8.0]}}}}
+    alloc = solve(parse_snapshot(snap), "max_throughput", packing=True)
+    packed = alloc.to_dict()["packed_allocation"]
+    assert len(packed) == len(alloc.pairs)
+    used = sum(sum(fr.values()) for fr in packed.values())
+    assert used == pytest.approx(float(alloc.pair_fractions.sum()))
+    assert '["a+b", "c"]' in packed or '["a", "b+c"]' in packed

@@ -241,3 +241,18 @@ def test_trace_rates_outside_the_snapshot_range_are_refused(tmp_path, iterations
                     f"a,1,0,{iterations},m,{duration},0\n")
     with pytest.raises(OptschedError, match=r"row 2: iterations / duration = .* steps/s, outside 1e-12 to 1e\+15"):
         resolve_jobs(read_trace(path), Cluster(gpus={"v100": 1}))
+
+
+def test_philly_rows_may_mix_iso_forms_and_invalid_times_are_refused(tmp_path):
+    """pandas took the first row's format and turned later forms into NaT (refused); 07:01:61
+    after a valid row was read as 07:02:01."""
+    path = tmp_path / "p.csv"
+    head = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,a\n"
+    for stamp, arrival in (("2017-10-09 07:11", 545.0), ("2017-10-10", 61_085.0),
+                           ("2017-10-09T07:05:00", 185.0), ("2017-10-09 07:01:55.5", 0.5)):
+        path.write_text(head + f"{stamp},600.0,1,600.0,a\n")
+        assert read_trace(path).jobs["arrival_time"].tolist() == [0.0, pytest.approx(arrival)], stamp
+    for stamp in ("2017-10-09 07:01:61", "2017-02-30 01:00"):
+        path.write_text(head + f"{stamp},600.0,1,600.0,a\n")
+        with pytest.raises(OptschedError, match=rf"row 3: timestamp '{re.escape(stamp)}' is not a valid date-time"):
+            read_trace(path)

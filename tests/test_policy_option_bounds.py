@@ -203,3 +203,20 @@ def test_tiresias_gittins_refuses_thresholds_it_would_ignore():
     with pytest.raises(OptschedError, match=r"^thresholds: tiresias_gittins computes its queue thresholds"):
         optsched.solve(snap, "tiresias_gittins", thresholds=(100.0, 200.0))
     assert optsched.solve(snap, "tiresias_gittins").status == "ok"
+
+
+def test_tiresias_prior_is_a_path_or_samples_and_only_for_gittins():
+    """A list prior read the default prior's cache entry once the default had been used; -1 and nan
+    gave a pandas traceback; plain tiresias accepted and ignored a prior."""
+    from optsched.formulations.priority import gittins_thresholds, gpu_time_prior
+
+    snap = optsched.parse_snapshot(SNAPSHOT.read_text())
+    optsched.solve(snap, "tiresias_gittins")  # the default prior, cached
+    samples = [100.0, 200.0, 300.0, 5000.0]
+    assert gittins_thresholds(gpu_time_prior(samples)) == gittins_thresholds(np.sort(np.array(samples)))
+    assert gittins_thresholds(gpu_time_prior(samples)) != gittins_thresholds(gpu_time_prior(None))
+    for bad, msg in ((-1, "a CSV path or a list"), (NAN, "a CSV path or a list"), ("/", "cannot read '/' as CSV")):
+        with pytest.raises(OptschedError, match=f"^prior: {msg}"):
+            optsched.solve(snap, "tiresias_gittins", prior=bad)
+    with pytest.raises(OptschedError, match="^prior: only tiresias_gittins"):
+        optsched.solve(snap, "tiresias", prior="x.csv")

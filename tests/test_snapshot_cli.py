@@ -95,6 +95,8 @@ BAD = {
                                                                         for t in s["cluster"]["gpus"]])),
                          "cluster.servers[0].gpus: must be a whole number, not str"),
     "servers_empty": (_mutate(lambda s: s["cluster"].update(servers=[])), "cluster: servers: an empty list"),
+    "tiny_price": (_mutate(lambda s: s["cluster"].update(price_per_hour={"v100": 1e-300})),
+                   "cluster.price_per_hour['v100']: must be 0 or between 1e-06 and 1e+06 $/GPU-hour"),
     "nan_prior_allocation": ('{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1}}], '
                              '"prior_allocation": {"a": {"v100": NaN}}}', "prior_allocation['a']['v100']"),
     "huge_integer": ('{"version": 1, "cluster": {"gpus": {"v100": ' + "9" * 5000 + '}}, "jobs": []}', "4,300 digits"),

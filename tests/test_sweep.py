@@ -165,3 +165,21 @@ def test_cli_file_of_a_previous_sweep_resumes_in_its_folder(tmp_path, monkeypatc
     res = CliRunner().invoke(app, ["sweep", "--file", str(tmp_path / "o" / "sweep.json"), "--quiet"])
     assert res.exit_code == 0, res.output
     assert "0 executed" in res.output and not (tmp_path / "sweep-out").exists(), res.output
+
+
+def test_a_sweep_without_clusters_and_with_a_relative_trace_resumes_from_its_sweep_json(tmp_path, monkeypatch):
+    """sweep.json stored "clusters": [null] (read back as the cluster 'None') and the trace as typed
+    (a relative path: not found from another folder)."""
+    from optsched.cli import app
+
+    trace = tmp_path / "t.trace"
+    res = CliRunner().invoke(app, ["trace", "generate", str(trace), "--jobs", "4", "--rate", "6"])
+    assert res.exit_code == 0, res.output
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["sweep", "t.trace", "--policies", "fifo", "--executor", "serial", "--out", "sw",
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    res = CliRunner().invoke(app, ["sweep", "--file", str(tmp_path / "sw" / "sweep.json"), "--quiet"])
+    assert res.exit_code == 0 and "0 executed" in res.output, res.output

@@ -56,7 +56,7 @@ def read_philly(path: str | os.PathLike, cluster: str | None = None) -> Trace:
                       notes=("Philly has no model names: job types are assigned from a seed",), columns=FIELD_COLUMNS)
 
 
-DATE_TIME = r"\s*\d{4}[-/]\d{1,2}[-/]\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\s*"
+DATE_TIME = r"\s*\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\s*"
 
 
 def _timestamps(col: pd.Series, rows, where: str) -> pd.Series:
@@ -74,8 +74,8 @@ def _timestamps(col: pd.Series, rows, where: str) -> pd.Series:
         bad(int(np.argmax(~dated.to_numpy())), "is not a date-time (YYYY-MM-DD[ HH:MM[:SS]])")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            ts = pd.to_datetime(col, errors="coerce")
+        try:  # each cell as ISO 8601 (rows may mix HH:MM and HH:MM:SS); 07:01:61 is not a time
+            ts = pd.to_datetime(col.astype(str).str.strip(), format="ISO8601", errors="coerce")
             ok = pd.api.types.is_datetime64_dtype(ts)  # not tz-aware, not objects
         except (ValueError, TypeError, OverflowError, pd.errors.OutOfBoundsDatetime):
             ok = False
@@ -91,7 +91,7 @@ def _timestamps(col: pd.Series, rows, where: str) -> pd.Series:
                     bad(i, "has a time zone (Philly times are naive local times)")
             bad(0)
     if ts.isna().any():
-        bad(int(np.argmax(ts.isna().to_numpy())))
+        bad(int(np.argmax(ts.isna().to_numpy())), "is not a valid date-time")
     span = (ts.max() - ts.min()).total_seconds()
     if span > MAX_SECONDS:
         bad(int(np.argmax(ts.to_numpy() == ts.max().to_datetime64())), f"lies more than {MAX_SECONDS:g} s after the first")

@@ -89,7 +89,7 @@ class SolveResponse(BaseModel):
     effective_throughput: dict[str, float] = Field(description="job -> steps/s under the allocation.")
     explanation: dict = Field(description="gpu_price, capacity_used, capacity, bottleneck_jobs, share_vs_equal, ...")
     gpu_counts: dict[str, dict[str, int]] | None = Field(default=None, description="Configuration policies: job -> type -> GPUs.")
-    packed_allocation: dict[str, dict[str, float]] | None = Field(default=None, description="Space sharing: 'a+b' -> type -> fraction.")
+    packed_allocation: dict[str, dict[str, float]] | None = Field(default=None, description="Space sharing: 'a+b' (or the JSON list '[\"a+b\", \"c\"]' when an id holds a +) -> type -> fraction.")
     placement: dict[str, list[GpuSlotOut]] | None = Field(default=None, description="With placement=true: job -> GPUs this round.")
     started: list[str] | None = None
     preempted: list[str] | None = None

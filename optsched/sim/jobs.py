@@ -268,20 +268,23 @@ def parse_cluster(spec: str | None = None, servers: str | None = None, prices: s
     cluster = _parse_cluster(spec, servers)
     if not prices:
         return cluster
+    from optsched.model import check_prices
+
     price: dict[str, float] = {}
     for part in prices.split(","):
         name, eq, value = part.partition("=")
         try:
-            price[name.strip()] = float(value)
+            v = float(value)
         except ValueError:
-            raise OptschedError(f"--prices: {part!r} is not TYPE=$/GPU-hour (e.g. v100=2.48,k80=0.45)") from None
-        if not eq or not name.strip():
+            v = None
+        if v is None or not eq or not name.strip():
             raise OptschedError(f"--prices: {part!r} is not TYPE=$/GPU-hour (e.g. v100=2.48,k80=0.45)")
-    for t, v in price.items():
-        if t not in cluster.gpus:
-            raise OptschedError(f"--prices: unknown GPU type {t!r} (cluster has {', '.join(cluster.gpus)})")
-        if not np.isfinite(v) or v < 0:
-            raise OptschedError(f"--prices: {t}={v:g} must be finite and >= 0")
+        if name.strip() in price:
+            raise OptschedError(f"--prices: {name.strip()} is given twice")
+        price[name.strip()] = v
+    bad = check_prices(price, set(cluster.gpus))
+    if bad:
+        raise OptschedError(f"--prices{bad}")
     return cluster.model_copy(update={"price_per_hour": price})
 
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from optsched.sweep.spec import SweepSpec
+from optsched.sweep.spec import SweepSpec, trace_identity
 
 KEY_COLUMNS = ("run_id", "trace", "cluster", "policy", "load", "seed")
 
@@ -142,8 +142,10 @@ def run_sweep(spec: SweepSpec, out, progress=None, retry_failed: bool = True, va
     runs = spec.runs()
     from optsched import __version__
 
-    _atomic_write(out / "sweep.json", json.dumps({"spec": spec.to_dict(), "optsched_version": __version__,
-                                                  "runs": runs}, indent=2, default=str) + "\n")
+    # The trace as the runs name it (an absolute path): `--file DIR/sweep.json` works from any folder.
+    recorded = {**spec.to_dict(), "trace": trace_identity(spec.trace)}
+    _atomic_write(out / "sweep.json", json.dumps({"spec": recorded, "optsched_version": __version__, "runs": runs},
+                                                 indent=2, default=str) + "\n")
     todo = [r for r in runs if not _finished(runs_dir, r, retry_failed)]
     t0 = time.perf_counter()
     done = len(runs) - len(todo)

@@ -123,7 +123,10 @@ def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
     if not d.get("trace"):
         raise OptschedError(f"{where}: no trace (a path, or one of the generators {', '.join(GENERATORS)})")
     clusters = d.get("clusters", d.get("cluster"))
-    clusters = _as_list(clusters, "cluster", str) if not isinstance(clusters, str) else [clusters]
+    if isinstance(clusters, (list, tuple)) and None in clusters:  # sweep.json's "clusters": [null]: the default
+        clusters = [None if c is None else _as_list(c, "cluster", str)[0] for c in clusters]
+    else:
+        clusters = _as_list(clusters, "cluster", str) if not isinstance(clusters, str) else [clusters]
     spec = SweepSpec(
         trace=str(d["trace"]),
         policies=_as_list(d.get("policies"), "policies", str),
