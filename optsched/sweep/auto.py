@@ -13,19 +13,16 @@ deterministic given the seed; tests/test_sweep_auto.py checks it):
   simulated once; at a decision point its ``on_round`` callback ``os.fork()``s
   one child per candidate, which appends its candidate to the (shared, now
   copied) schedule and keeps simulating to t + horizon, reads the per-job state
-  from the simulation loop's frame (``st``, ``jobs``), writes its score to a
-  pipe and exits. Cost per decision: candidates × horizon, children in
-  parallel (``parallel`` at a time). Not used when JAX is loaded (elastic
-  jobs: forking JAX's threads is unsafe) or when the loop's frame lacks
-  those names.
+  the loop hands to ``on_round`` (``info["live"]``: the run's constants and
+  its state), writes its score to a pipe and exits. Cost per decision:
+  candidates × horizon, children in parallel (``parallel`` at a time). Not
+  used when JAX is loaded (elastic jobs: forking JAX's threads is unsafe).
 - ``mode="resim"``: the state at t is reproduced by re-simulating from t = 0
   with the schedule chosen so far and then the candidate, up to t + horizon
   (``max_time``). Quadratic in the run length: decision k re-simulates
   k·every rounds per candidate.
 
-``auto_sim_seconds`` in the summary counts the look-ahead simulation time. A
-public fork hook in the simulator (README "Sweeps and reports") would make
-the fork mode independent of the loop's local names.
+``auto_sim_seconds`` in the summary counts the look-ahead simulation time.
 
 **Scores** on the window W = [t, t + horizon), over the jobs present in it:
 
