@@ -33,13 +33,13 @@ from optsched.service.session import Conflict, NotFound
 DEFAULT_URL = "http://127.0.0.1:8470"
 
 
-
-
 def _seg(job_id: str) -> str:
     """A job id as one URL path segment (ids may hold ':', '@', '+')."""
     from urllib.parse import quote
 
     return quote(str(job_id), safe="")
+
+
 class ServiceError(OptschedError):
     def __init__(self, status: int, detail: str, field: str | None = None):
         super().__init__(detail)
@@ -68,7 +68,10 @@ class Client:
     # ------------------------------------------------------------------ plumbing
 
     def request(self, method: str, path: str, json: Any = None, params: dict | None = None) -> Any:
-        r = self._http.request(method, path, json=json, params=params)
+        try:
+            r = self._http.request(method, path, json=json, params=params)
+        except httpx.TransportError as e:  # no server, a refused connection, a timeout: status 0
+            raise ServiceError(0, f"cannot reach {self._http.base_url}: {e or type(e).__name__}") from None
         if r.status_code >= 400:
             try:
                 body = r.json()

@@ -79,3 +79,9 @@ def test_service_flags_are_json_booleans():
     for bad in ("true", 1, "yes"):
         with pytest.raises(ValidationError):
             SolveRequest.model_validate({"snapshot": snap, "packing": bad})
+
+
+def test_a_job_without_throughput_on_the_cluster_is_named_as_such():
+    """--servers 16x4 on a rigid trace: the message blamed the job's 4 GPUs, not the missing 'gpu' rates."""
+    res = runner.invoke(app, ["simulate", "--servers", "16x4", "--quiet"])
+    assert res.exit_code == 2 and "no throughput on any GPU type of the cluster (64 gpu)" in res.output, res.output

@@ -411,3 +411,14 @@ def test_an_error_names_its_field_also_with_quoted_keys(msg, field):
     from optsched.service.app import _field_of
 
     assert _field_of(msg) == field
+
+
+def test_an_unreachable_server_is_a_service_error_with_status_0():
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ServiceError, match="^cannot reach http://127.0.0.1") as err:
+        Client(f"http://127.0.0.1:{port}", timeout=5).policies()
+    assert err.value.status == 0

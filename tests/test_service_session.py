@@ -446,3 +446,30 @@ def test_round_length_below_a_millisecond_is_refused(length):
     with pytest.raises(OptschedError, match="round_length"):
         Session.create({"cluster": {"gpus": {"v100": 1}}, "round_length": length, "start_time": 1e12},
                        Store(":memory:"))
+
+
+def test_finishing_a_job_keeps_the_seconds_it_reported():
+    """finish/remove after a report (or record) of 90 s credited the whole 360 s round."""
+    def session():
+        s = Session.create({"cluster": {"gpus": {"v100": 2, "k80": 2}}, "round_length": 360}, Store(":memory:"))
+        s.submit([{"id": "a", "throughput": {"v100": 1.0, "k80": 0.5}}])
+        return s
+
+    s = session()
+    s.next_round()
+    s.report([{"job_id": "a", "steps": 10, "seconds": 90}])
+    out = s.finish("a")
+    assert (out["attained_service"], out["finish_time"]) == (90.0, 90.0)
+    s = session()
+    s.next_round()
+    s.report([{"job_id": "a", "seconds": 90}])
+    assert s.remove("a")[0]["attained_service"] == 90.0
+    s = session()
+    s.next_round()
+    s.next_round()
+    s.record("a", s.state()["jobs"][0]["gpus"][0]["gpu_type"], 90.0)
+    assert s.finish("a")["attained_service"] == 360.0 + 90.0
+    s = session()
+    s.next_round()
+    s.report([{"job_id": "a", "seconds": 90}])
+    assert s.finish("a", 30)["attained_service"] == 30.0  # the finish's own seconds win

@@ -351,8 +351,8 @@ class Session:
         done = []
         for j in ids:
             rec = s["jobs"].pop(j)
-            s["pending"].pop(j, None)
-            run = seconds.get(j)
+            reported = s["pending"].pop(j, None)  # seconds reported (or recorded) for the last round
+            run = seconds.get(j) if seconds.get(j) is not None else reported
             if j in ran:
                 run = self._round_seconds(j, run)
                 rec["attained_service"] += len(ran[j]) * run

@@ -164,6 +164,7 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
             steps[m] = app.total_progress
         if co_adapt:
             sf = np.where(elastic, 1.0, sf)
+    rated = (T > 0).any(axis=1)  # some type of the cluster has a throughput for it at all
     T = np.where(sf[:, None] > cap[None, :], 0.0, T)
     runnable = (T > 0).any(axis=1) & (steps > 0)
     keep = np.ones(len(j), dtype=bool)
@@ -171,11 +172,11 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
         bad = np.flatnonzero(~runnable)
         if not skip_unrunnable:
             i = int(bad[0])
+            types = ", ".join(f"{c} {t}" for t, c in cluster.gpus.items())
             why = (
-                f"needs {int(sf[i])} GPUs of one type it runs on; the cluster has "
-                f"{', '.join(f'{c} {t}' for t, c in cluster.gpus.items())}"
-                if steps[i] > 0
-                else "has no work (0 steps)"
+                "has no work (0 steps)" if steps[i] <= 0
+                else f"it has no throughput on any GPU type of the cluster ({types})" if not rated[i]
+                else f"needs {int(sf[i])} GPUs of one type it runs on; the cluster has {types}"
             )
             raise OptschedError(
                 f"{where}: row {j['row'].iat[i]}: job {j['job_id'].iat[i]!r} can never run: {why} "
