@@ -58,6 +58,10 @@ class UnauthorizedError(ServiceError):
     pass
 
 
+class UnreachableError(ServiceError):
+    """No answer (no server, a refused or dropped connection, a timeout): status 0."""
+
+
 class Client:
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 300.0,
                  transport: httpx.BaseTransport | None = None):
@@ -71,7 +75,7 @@ class Client:
         try:
             r = self._http.request(method, path, json=json, params=params)
         except httpx.TransportError as e:  # no server, a refused connection, a timeout: status 0
-            raise ServiceError(0, f"cannot reach {self._http.base_url}: {e or type(e).__name__}") from None
+            raise UnreachableError(0, f"cannot reach {self._http.base_url}: {e or type(e).__name__}") from None
         if r.status_code >= 400:
             try:
                 body = r.json()
@@ -187,7 +191,7 @@ class RemoteSession:
                     if last is not None and last["round"] == expected_round:
                         return last
                 return self.client.request("POST", f"{self._base}/rounds", body)
-            except httpx.TransportError:
+            except UnreachableError:
                 if expected_round is None or attempt == retries:
                     raise
                 time.sleep(backoff * 2**attempt)

@@ -473,3 +473,34 @@ def test_finishing_a_job_keeps_the_seconds_it_reported():
     s.next_round()
     s.report([{"job_id": "a", "seconds": 90}])
     assert s.finish("a", 30)["attained_service"] == 30.0  # the finish's own seconds win
+
+
+def _one_job_session():
+    s = Session.create({"cluster": {"gpus": {"v100": 2, "k80": 2}}, "policy": "max_min_fairness"}, Store(":memory:"))
+    s.submit([{"id": "a", "throughput": {"v100": 2.0, "k80": 1.0}, "steps_total": 2000}])
+    s.next_round()
+    return s
+
+
+def test_reported_seconds_are_cut_at_the_next_round_and_one_report_per_job():
+    """300 reported seconds were credited though the next round started 10 s later; two reports
+    of one job in a batch finished it with steps_done 0 of 2000."""
+    s = _one_job_session()
+    s.report([{"job_id": "a", "seconds": 300}])
+    s.next_round(now=10.0)
+    assert s.job("a")["attained_service"] == 10.0
+    before = s.state()
+    with pytest.raises(OptschedError, match=r"^reports\[1\]\.job_id: job 'a' is reported twice"):
+        s.report([{"job_id": "a", "steps": 5000}, {"job_id": "a", "steps_done": 0}])
+    assert s.state() == before
+
+
+@pytest.mark.parametrize("call", [lambda s: s.next_round(now=-1), lambda s: s.next_round(expected_round=-1),
+                                  lambda s: s.finish("a", -1), lambda s: s.finish("a", float("nan"))])
+def test_bad_round_and_finish_arguments_are_one_line_optsched_errors(call):
+    s = _one_job_session()
+    before = s.state()
+    with pytest.raises(OptschedError) as err:
+        call(s)
+    assert type(err.value) is OptschedError and "\n" not in str(err.value)
+    assert s.state() == before

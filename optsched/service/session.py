@@ -318,7 +318,7 @@ class Session:
     def finish(self, job_id: str, seconds: float | None = None) -> dict:
         """The job is done and leaves: its GPUs are free from the next round.
         ``seconds``: how long it ran in the last round (default the whole round)."""
-        req = FinishRequest(seconds=seconds)
+        req = _validated(FinishRequest, {"seconds": seconds})
         return self._atomic(self._finish_many, [job_id], {job_id: req.seconds})[0]
 
     def remove(self, job_ids: str | Iterable[str]) -> list[dict]:
@@ -393,7 +393,11 @@ class Session:
         s = self._s
         ran = (s["last_round"] or {}).get("placement", {})
         # Validate everything first.
+        seen: set[str] = set()
         for i, r in enumerate(reqs):
+            if r.job_id in seen:  # (which report would count? the finish and credit rules read one per job)
+                raise OptschedError(f"reports[{i}].job_id: job {r.job_id!r} is reported twice in this batch")
+            seen.add(r.job_id)
             if r.job_id not in s["jobs"]:
                 if self._finished_record(r.job_id):  # known, but the request contradicts its state
                     raise Conflict(f"reports[{i}].job_id: job {r.job_id!r} is finished")
@@ -456,7 +460,7 @@ class Session:
     def next_round(self, now: float | None = None, expected_round: int | None = None) -> dict:
         """Close the last round (bookkeeping, credits) and decide the next one:
         the placement, which jobs start, are preempted or migrate."""
-        req = RoundRequest(now=now, expected_round=expected_round)
+        req = _validated(RoundRequest, {"now": now, "expected_round": expected_round})
         return self._atomic(self._next_round, req)
 
     def _next_round(self, req: RoundRequest) -> dict:
@@ -676,10 +680,8 @@ class Session:
     def _round_seconds(self, job_id: str, reported: float | None, until: float | None = None) -> float:
         """Seconds a job ran in the last round: reported, else the whole round
         (cut short when the next round starts earlier)."""
-        if reported is not None:
-            return float(reported)
-        length = self.config.round_length
-        if until is not None:
+        length = self.config.round_length if reported is None else float(reported)
+        if until is not None:  # (a report cannot outlast the round either)
             length = min(length, max(until - self._s["last_round"]["time"], 0.0))
         return length
 
