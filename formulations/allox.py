@@ -34,7 +34,7 @@ import numpy as np
 from optsched.formulations.priority import greedy_fit
 from optsched.formulations.seed_common import remaining_predicted, running_mask, waiting_seconds
 from optsched.model import Allocation, Instance, OptschedError
-from optsched.policy_options import check_number
+from optsched.checks import check_number
 
 
 def processing_times(inst: Instance, predictor=None) -> tuple[np.ndarray, str]:

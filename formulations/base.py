@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from optsched.model import Instance, OptschedError
-from optsched.policy_options import check_flag, check_number
+from optsched.checks import check_flag, check_number
 from optsched.solvers import block_lp
 from optsched.solvers.block_lp import BlockLP, BlockSolution, PairBlock
 

@@ -55,7 +55,7 @@ from optsched.formulations.base import (
     type_blind,
 )
 from optsched.model import Instance
-from optsched.policy_options import check_flag
+from optsched.checks import check_flag
 from optsched.solvers import block_lp
 from optsched.solvers.block_lp import BlockSolution
 

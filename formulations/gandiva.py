@@ -29,7 +29,7 @@ import numpy as np
 
 from optsched.formulations.priority import gandiva_pack, greedy_fit, priority_order
 from optsched.model import Allocation, Instance, OptschedError
-from optsched.policy_options import check_flag, check_number
+from optsched.checks import check_flag, check_number
 
 
 def allocate(inst: Instance, policy: str = "gandiva", solver: str = "auto", time_limit: float = 60.0,

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from optsched.model import Allocation, Instance
-from optsched.policy_options import check_flag
+from optsched.checks import check_flag
 
 
 def build(inst: Instance, relax: bool = False):

@@ -42,7 +42,7 @@ from optsched.formulations.seed_common import (
     contributions_dict, executed_seconds, pinned_order, running_mask, waiting_seconds,
 )
 from optsched.model import MAX_GPUS, Allocation, Instance, OptschedError, pair_key
-from optsched.policy_options import MAX_SECONDS, check_flag, check_number
+from optsched.checks import MAX_SECONDS, check_flag, check_number
 
 # Binds pairs itself from the instance's candidate pairs: the simulator's --packing
 # offers them (optsched.sim.supports_packing).

@@ -20,7 +20,7 @@ import numpy as np
 
 from optsched.formulations.base import Formulation, base_lp, job_share, packing_pairs, require_steps_remaining, type_blind
 from optsched.model import Instance
-from optsched.policy_options import check_flag
+from optsched.checks import check_flag
 
 
 def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:

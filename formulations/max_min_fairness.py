@@ -26,7 +26,7 @@ from optsched.formulations.base import (
     packing_pairs,
 )
 from optsched.model import Instance
-from optsched.policy_options import check_flag
+from optsched.checks import check_flag
 
 
 def normalized_throughput(inst: Instance, agnostic: bool = False) -> np.ndarray:

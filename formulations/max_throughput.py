@@ -23,7 +23,7 @@ from optsched.formulations.base import (
     packing_pairs,
 )
 from optsched.model import Instance
-from optsched.policy_options import check_flag
+from optsched.checks import check_flag
 
 
 def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:

@@ -25,7 +25,7 @@ import numpy as np
 
 from optsched.formulations.base import Formulation, base_lp, isolated_throughput, no_packing
 from optsched.model import Instance, OptschedError
-from optsched.policy_options import check_flag
+from optsched.checks import check_flag
 
 
 def prices(inst: Instance) -> np.ndarray:

@@ -46,7 +46,7 @@ from optsched.formulations.configurations import (
     solve_assignment,
 )
 from optsched.model import Allocation, Instance, OptschedError
-from optsched.policy_options import check_flag, check_number
+from optsched.checks import check_flag, check_number
 
 EPS = 1e-3  # Pollux's offset inside the power mean
 # The fairness knob's floor (Pollux and Sia): EPS^p is 1e30 at p = -10 and overflows

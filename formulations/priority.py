@@ -60,7 +60,7 @@ import numpy as np
 
 from optsched.formulations.base import admitted_pairs, require_steps_remaining
 from optsched.model import Allocation, Instance, OptschedError
-from optsched.policy_options import MAX_GPU_SECONDS, check_flag, check_increasing, check_number
+from optsched.checks import MAX_GPU_SECONDS, check_flag, check_increasing, check_number
 
 ORDERS = ("fifo", "las", "srtf", "tiresias", "gandiva")
 TIRESIAS_THRESHOLDS = (3250.0, 7200.0)  # GPU-seconds, Tiresias simulator jobs.py

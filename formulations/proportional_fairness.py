@@ -33,7 +33,7 @@ from optsched.formulations.base import (
     no_packing,
 )
 from optsched.model import Instance
-from optsched.policy_options import check_flag
+from optsched.checks import check_flag
 from optsched.solvers.block_lp import BlockLP, BlockSolution, to_matrix
 
 

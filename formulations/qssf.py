@@ -24,7 +24,7 @@ from optsched.formulations.seed_common import (
     contributions_dict, pinned_order, remaining_predicted, running_mask,
 )
 from optsched.model import Allocation, Instance
-from optsched.policy_options import check_flag
+from optsched.checks import check_flag
 
 
 def allocate(inst: Instance, policy: str = "qssf", solver: str = "auto", time_limit: float = 60.0,

@@ -23,8 +23,8 @@ from optsched.formulations.configurations import (
     restart_factor,
     solve_assignment,
 )
-from optsched.model import Allocation, Instance, OptschedError
-from optsched.policy_options import check_flag, check_number
+from optsched.model import Allocation, Instance
+from optsched.checks import check_flag, check_number
 
 ZERO_ALLOC_GAIN = 1e-4  # Sia's floor on normalized goodput
 

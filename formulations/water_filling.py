@@ -43,7 +43,7 @@ import numpy as np
 from optsched.formulations.base import base_lp, fallback_allocation, no_packing
 from optsched.formulations.max_min_fairness import normalized_throughput
 from optsched.model import Allocation, Instance
-from optsched.policy_options import check_flag, check_number
+from optsched.checks import check_flag, check_number
 from optsched.solvers import block_backend, block_lp
 
 # A job is stuck when its multiplier, scaled to mean 1 over the unfrozen jobs,

@@ -177,6 +177,13 @@ class Cluster(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _prices_known(self) -> "Cluster":
+        bad = check_prices(self.price_per_hour or {}, set(self.gpus))
+        if bad:
+            raise FieldError(f"price_per_hour{bad[0]}", bad[1])
+        return self
+
+    @model_validator(mode="after")
     def _servers_match(self) -> "Cluster":
         if self.servers is not None and not self.servers and any(c > 0 for c in self.gpus.values()):
             raise ValueError("servers: an empty list, but the cluster has GPUs; list the servers of every type "
@@ -361,9 +368,6 @@ class Snapshot(_Strict):
         types = set(self.cluster.gpus)
         for i in _suspect_jobs(self.jobs, self.cluster.gpus):  # vectorized: the jobs a check below might refuse
             _check_job(i, self.jobs[i], id_set, types, self.cluster.gpus)
-        bad_price = check_prices(self.cluster.price_per_hour or {}, types)
-        if bad_price:
-            raise ValueError(f"cluster.price_per_hour{bad_price}")
         for e, w in (self.entity_weights or {}).items():
             if not math.isfinite(w) or not MIN_WEIGHT <= w <= MAX_WEIGHT:
                 raise ValueError(f"entity_weights[{e!r}] must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g} ({w})")
@@ -509,11 +513,35 @@ def _format_validation_error(err: ValidationError) -> str:
     return f"invalid snapshot: {describe_validation_error(err)}"
 
 
-# Snapshot fields whose values are dicts keyed by the user's names (GPU types, job ids, models):
-# an error's location shows those keys as ['v100'], as the snapshot's own checks do.
-_DICT_FIELDS = frozenset({"allocator", "colocated", "colocation", "current", "deficits", "entity_weights", "gpus",
-                          "perf_params", "placement", "price_per_hour", "prior_allocation", "rounds_present",
-                          "rounds_received", "throughput"})
+@functools.cache
+def _dict_fields() -> frozenset[str]:
+    """Names of the snapshot's fields (at any depth) whose values are dicts keyed by the user's
+    names (GPU types, job ids, models): an error's location shows those keys as ['v100'], as
+    the snapshot's own checks do."""
+    import types
+    import typing
+
+    names: set[str] = set()
+    seen: set[type] = set()
+
+    def visit(model: type[BaseModel]) -> None:
+        seen.add(model)
+        for name, f in model.model_fields.items():
+            todo = [(f.annotation, True)]
+            while todo:
+                a, top = todo.pop()
+                origin = typing.get_origin(a)
+                if origin in (typing.Union, types.UnionType):
+                    todo += [(x, top) for x in typing.get_args(a)]
+                elif origin is dict:
+                    names.update([name] if top else [])
+                elif origin in (list, tuple):
+                    todo += [(x, False) for x in typing.get_args(a)]
+                elif isinstance(a, type) and issubclass(a, BaseModel) and a not in seen:
+                    visit(a)
+
+    visit(Snapshot)
+    return frozenset(names)
 
 
 def describe_validation_error(err: ValidationError, at: str = "") -> str:
@@ -526,7 +554,7 @@ def describe_validation_error(err: ValidationError, at: str = "") -> str:
             parts.append(f"[{p}]")
         elif not keys and isinstance(p, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", p):
             parts.append(f".{p}")
-            keys = p in _DICT_FIELDS
+            keys = p in _dict_fields()
         else:
             parts.append(f"[{p!r}]")  # a key (or one with spaces, brackets: quoted, the message stays one line)
     loc = "".join(parts).lstrip(".")
@@ -945,15 +973,15 @@ class Allocation:
         }
 
 
-def check_prices(prices: dict, types) -> str | None:
-    """None when every price is for a known GPU type and 0 or in [MIN_PRICE, MAX_PRICE]; else the
-    problem, located after the prices' name (``[ 'v100']: must be ...``)."""
+def check_prices(prices: dict, types) -> tuple[str, str] | None:
+    """None when every price is for a known GPU type and 0 or in [MIN_PRICE, MAX_PRICE]; else
+    (where after the prices' name: "" or "['v100']", the problem)."""
     for t, price in prices.items():
         if t not in types:
-            return f": unknown GPU type {t!r} (cluster has {', '.join(sorted(types))})"
+            return "", f"unknown GPU type {t!r} (cluster has {', '.join(sorted(types))})"
         if not (isinstance(price, (int, float)) and math.isfinite(price)
                 and (price == 0 or MIN_PRICE <= price <= MAX_PRICE)):
-            return f"[{t!r}]: must be 0 or between {MIN_PRICE:g} and {MAX_PRICE:g} $/GPU-hour ({price})"
+            return f"[{t!r}]", f"must be 0 or between {MIN_PRICE:g} and {MAX_PRICE:g} $/GPU-hour ({price})"
     return None
 
 

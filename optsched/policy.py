@@ -188,7 +188,7 @@ def solve_instance(
     for policies that are one block LP (POP's sibling partitions); others ignore it."""
     options.pop("fast", None)
     if "packing" in options:  # "false" or 2 would read as true on the colocation path below
-        from optsched.policy_options import check_flag
+        from optsched.checks import check_flag
 
         options["packing"] = check_flag("packing", options["packing"])
     check_packing(policy, bool(options.get("packing")))

@@ -25,7 +25,7 @@ through one solve on a two-job instance, so a value the formulation refuses
 than rounds into a simulation. Errors are one line (OptschedError, exit 2).
 
 The formulations check their own options with ``check_flag``,
-``check_number`` and ``check_increasing`` (below), so the Python API
+``check_number`` and ``check_increasing`` (``optsched/checks.py``), so the Python API
 (``optsched.solve(snap, "tiresias", thresholds=(-5, 10))``), the simulator and
 the command line refuse the same values with one line that starts with the
 option's name: ``thresholds: must be positive and increasing, got [-5, 10]``.
@@ -40,20 +40,13 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import numbers
 
-from optsched.model import MAX_GPUS, OptschedError
+from optsched.model import OptschedError
 
 PLUMBING = frozenset({"inst", "policy", "solver", "time_limit"})
 API_ONLY = frozenset({"predictor", "explain", "packing", "weights"})
 PATHS = frozenset({"prior"})  # a file (tiresias_gittins's GPU-time prior CSV)
 FLAG = "--policy-option"
-# Ranges of the formulations' options (check_number): times as the simulator's
-# (optsched.sim.limits.MAX_SECONDS, the trace limit of times; not imported: it
-# loads the simulator), GPU-time as that many seconds on every GPU a cluster
-# may have (optsched.model.MAX_GPUS).
-MAX_SECONDS = 1e10
-MAX_GPU_SECONDS = MAX_SECONDS * MAX_GPUS
 
 
 def accepted_options(policy: str) -> dict[str, object]:
@@ -214,70 +207,3 @@ def _dry_run(policy: str, options: dict, raw: dict) -> None:
         if not isinstance(e, OptschedError):  # an OptschedError naming no option: the toy instance, not the values
             given = ", ".join(f"{k}={raw[k]}" for k in options)
             raise OptschedError(f"{FLAG}: policy {policy} fails with {given} ({type(e).__name__}: {msg})") from None
-
-
-# --------------------------------------------------------------------------
-# The formulations' checks of their own options (Python API and CLI alike)
-# --------------------------------------------------------------------------
-
-
-def _g(x) -> str:
-    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
-
-
-def _is_flag(value) -> bool:
-    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
-
-
-def check_flag(key: str, value, *, none: bool = False) -> bool | None:
-    """``value`` as a bool: True/False, or 1/0 (the command line's convention); None passes with ``none``."""
-    if value is None and none:
-        return None
-    if _is_flag(value):
-        return bool(value)
-    if isinstance(value, numbers.Integral) and value in (0, 1):
-        return bool(value)
-    what = "true, false (or 1/0) or None" if none else "true or false (or 1/0)"
-    raise OptschedError(f"{key}: must be {what}, got {value!r}")
-
-
-def check_number(key: str, value, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-                 whole: bool = False, none: bool = False, unit: str = ""):
-    """``value`` when it is a finite number in [lo, hi] (lo excluded with ``lo_open``), an int when
-    ``whole`` (a whole float such as 4.0 is accepted); None passes with ``none``."""
-    if value is None and none:
-        return None
-    kind = "a whole number" if whole else "a number"
-    if _is_flag(value) or not isinstance(value, numbers.Real):
-        raise OptschedError(f"{key}: must be {kind}, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise OptschedError(f"{key}: must be a finite number, got {v}")
-    if whole and not v.is_integer():
-        raise OptschedError(f"{key}: must be a whole number, got {v:g}")
-    u = f" {unit}" if unit else ""
-    shown = _g(int(value)) if isinstance(value, numbers.Integral) else f"{v:g}"
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        bound = "positive" if lo_open and lo == 0 else f"{'>' if lo_open else '>='} {_g(lo)}{u}"
-        raise OptschedError(f"{key}: must be {bound}, got {shown}")
-    if hi is not None and v > hi:
-        raise OptschedError(f"{key}: must be <= {_g(hi)}{u}, got {shown}")
-    return int(value) if whole else v
-
-
-def check_increasing(key: str, values, hi: float | None = None, *, unit: str = "") -> tuple[float, ...]:
-    """One or more finite numbers, positive and strictly increasing (at most ``hi``), as a tuple of floats."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise OptschedError(f"{key}: must be a list of numbers, got {values!r}")
-    vals = list(values)
-    if not vals or any(_is_flag(v) or not isinstance(v, numbers.Real) for v in vals):
-        raise OptschedError(f"{key}: must be a list of numbers, got {vals!r}")
-    vals = [float(v) for v in vals]
-    shown = "[" + ", ".join(f"{v:g}" for v in vals) + "]"
-    if not all(math.isfinite(v) for v in vals):
-        raise OptschedError(f"{key}: must be finite numbers, got {shown}")
-    if any(v <= 0 for v in vals) or any(b <= a for a, b in zip(vals, vals[1:])):
-        raise OptschedError(f"{key}: must be positive and increasing, got {shown}")
-    if hi is not None and vals[-1] > hi:
-        raise OptschedError(f"{key}: must be at most {_g(hi)}{f' {unit}' if unit else ''}, got {shown}")
-    return tuple(vals)

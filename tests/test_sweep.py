@@ -183,3 +183,10 @@ def test_a_sweep_without_clusters_and_with_a_relative_trace_resumes_from_its_swe
     monkeypatch.chdir(tmp_path / "elsewhere")
     res = CliRunner().invoke(app, ["sweep", "--file", str(tmp_path / "sw" / "sweep.json"), "--quiet"])
     assert res.exit_code == 0 and "0 executed" in res.output, res.output
+
+
+def test_recorded_clusters_read_back_whole():
+    """A list entry is one cluster: "v100=1,p100=1" is not split at its commas; null is the default."""
+    spec = spec_from_dict({**TINY, "clusters": ["v100=1,p100=1,k80=1", None]})
+    assert spec.clusters == ["v100=1,p100=1,k80=1", None]
+    assert spec_from_dict({**TINY, "cluster": "v100=2,p100=2"}).clusters == ["v100=2,p100=2"]

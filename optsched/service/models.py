@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from optsched.checks import MIN_ROUND_LENGTH
 from optsched.model import Cluster, GoodputSpec, NumbersAreNumbers, Snapshot
 
 ID_PATTERN = r"^[A-Za-z0-9_.:@+\-]{1,128}$"
@@ -127,9 +128,8 @@ class SessionConfig(_Body):
     partitions: int = Field(default=1, ge=1, le=1024, description=(
         "POP: each recomputation solves this many job groups (each with 1/K of every GPU type) and merges them "
         "(fractional policies, no packing)."))
-    # At least simulate's 1 ms (optsched.sim.limits.MIN_ROUND_LENGTH): shorter rounds vanish in
-    # the clock's rounding (1e12 + 1e-300 == 1e12), and time would stop.
-    round_length: float = Field(default=360.0, ge=1e-3, le=1e7, description="Seconds per round (Gavel: 360).")
+    # At least simulate's 1 ms: shorter rounds vanish in the clock's rounding (1e12 + 1e-300 == 1e12).
+    round_length: float = Field(default=360.0, ge=MIN_ROUND_LENGTH, le=1e7, description="Seconds per round (Gavel: 360).")
     min_recompute_interval: float = Field(
         default=0.0, ge=0, le=1e9,
         description="Session seconds: the allocation is not recomputed sooner than this after the last recomputation "

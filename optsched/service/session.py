@@ -444,9 +444,10 @@ class Session:
                 gp.update({k: v for k, v in (("grad_sqr", r.grad_sqr), ("grad_var", r.grad_var)) if v is not None})
                 spec["goodput"] = gp
             total = spec.get("steps_total")
-            if total is not None and rec["steps_done"] >= total:
+            reached = total is not None and rec["steps_done"] >= total
+            if reached:
                 rec["steps_done"] = float(total)  # a report past the end finishes the job at its total
-            if r.finished or (total is not None and rec["steps_done"] >= total):
+            if r.finished or reached:
                 finishing[r.job_id] = s["pending"].get(r.job_id)
             if r.job_id not in touched:
                 touched.append(r.job_id)

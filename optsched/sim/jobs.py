@@ -285,7 +285,7 @@ def parse_cluster(spec: str | None = None, servers: str | None = None, prices: s
         price[name.strip()] = v
     bad = check_prices(price, set(cluster.gpus))
     if bad:
-        raise OptschedError(f"--prices{bad}")
+        raise OptschedError(f"--prices{bad[0]}: {bad[1]}")
     return cluster.model_copy(update={"price_per_hour": price})
 
 

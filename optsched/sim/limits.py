@@ -14,41 +14,21 @@ message is.
 
 from __future__ import annotations
 
+import functools
 import math
 
+from optsched.checks import MAX_SECONDS, MIN_ROUND_LENGTH, check_number  # noqa: F401  (re-exported)
 from optsched.model import OptschedError
 
-MIN_ROUND_LENGTH = 1e-3  # seconds
 MAX_ROUND_LENGTH = 1e7  # seconds (~116 days)
 MIN_ELASTIC_ROUND_LENGTH = 1.0  # seconds: every round of elastic jobs refits goodput models
 MAX_ROUNDS = 100_000  # rounds one run may take (lower bound checked up front; ~0.3-1 ms a round)
-MAX_SECONDS = 1e10  # any other time option (the trace limit of arrival times and durations)
 MAX_LOAD_FACTOR = 1e6
 MAX_HYSTERESIS = 1e6  # rounds
 MAX_MIGRATION_COST = 1e7  # seconds
 
-
-def _g(x) -> str:
-    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
-
-
-def number(option: str, value, lo: float | None = None, hi: float | None = None, *, unit: str = "",
-           lo_open: bool = False, hi_open: bool = False):
-    """``value`` unchanged when it is a finite number in the range; else one-line OptschedError naming ``option``.
-    ``None`` (the option not given) passes."""
-    if value is None:
-        return None
-    u = f" {unit}" if unit else ""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise OptschedError(f"{option}: {value!r} is not a number")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise OptschedError(f"{option}: must be a finite number, got {value}")
-    if lo is not None and (value <= lo if lo_open else value < lo):
-        bound = "positive" if lo_open and lo == 0 else f"{'>' if lo_open else '>='} {_g(lo)}{u}"
-        raise OptschedError(f"{option}: must be {bound}, got {_g(value)}")
-    if hi is not None and (value >= hi if hi_open else value > hi):
-        raise OptschedError(f"{option}: must be {'<' if hi_open else '<='} {_g(hi)}{u}, got {_g(value)}")
-    return value
+# number(option, value, lo, hi, ...): check_number where None (the option not given) passes.
+number = functools.partial(check_number, none=True)
 
 
 def check_seed(value: int | None, option: str = "--seed") -> None:

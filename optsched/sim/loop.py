@@ -189,13 +189,9 @@ class _Run:
 
     @classmethod
     def of(cls, jobs: JobArrays, cluster: Cluster, config: SimConfig, in_window: np.ndarray) -> "_Run":
-        from optsched.model import check_prices
         from optsched.sim.jobs import server_gpus
 
         types = jobs.gpu_types
-        bad = check_prices(cluster.price_per_hour or {}, set(cluster.gpus))  # (a Cluster built in Python)
-        if bad:
-            raise OptschedError(f"cluster.price_per_hour{bad}")
         capacity = np.array([cluster.gpus[t] for t in types], dtype=float)
         equal_thr = jobs.throughput @ capacity / capacity.sum()  # X^equal throughput (Gavel's proportional share)
         return cls(jobs, types, {t: j for j, t in enumerate(types)}, capacity, server_gpus(cluster, types),

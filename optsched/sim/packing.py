@@ -31,15 +31,9 @@ def candidate_pairs(jobs, act: np.ndarray, max_partners: int = 8) -> tuple[np.nd
     k = len(jobs.gpu_types)
     if jobs.pair_table is None or len(act) < 2:
         return np.zeros((0, 2), dtype=int), np.zeros((0, k, 2))
-    kinds = sorted(set(jobs.job_type[m] for m in act.tolist()))
-    label = {t: i for i, t in enumerate(kinds)}
-    labels = np.array([label[jobs.job_type[m]] for m in act.tolist()], dtype=np.int64)
+    labels, rates = _labels(jobs, act)  # (over the active jobs: O(active), not O(trace), per call)
     if jobs.any_elastic:
         labels[jobs.is_elastic[act]] = -1  # elastic jobs are not packed
-
-    def rates(a: int, b: int) -> np.ndarray:
-        return _class_rates(jobs, kinds[a], kinds[b])
-
     return by_label(labels, jobs.throughput[act], jobs.scale_factor[act], rates, max_partners)
 
 
@@ -56,11 +50,18 @@ def by_job_type(jobs):
     job type, pair rates from the table by job type."""
     from optsched.packed_classes import ClassPairs
 
-    kinds = sorted(set(jobs.job_type))
+    of_job, rates = _labels(jobs, np.arange(jobs.n))  # once per run: labels stay the same across rounds
+    return lambda active: ClassPairs(of_job[np.asarray(active)], rates)
+
+
+def _labels(jobs, index: np.ndarray):
+    """(int label per job of ``index``, rates(label_a, label_b) -> (k, 2)): job types numbered in
+    sorted order, pair rates from the table by job type."""
+    kinds = sorted(set(jobs.job_type[m] for m in index.tolist()))
     label = {t: i for i, t in enumerate(kinds)}
-    of_job = np.array([label[t] for t in jobs.job_type], dtype=np.int64)
+    labels = np.array([label[jobs.job_type[m]] for m in index.tolist()], dtype=np.int64)
 
     def rates(a: int, b: int) -> np.ndarray:
         return _class_rates(jobs, kinds[a], kinds[b])
 
-    return lambda active: ClassPairs(of_job[np.asarray(active)], rates)
+    return labels, rates

@@ -123,10 +123,12 @@ def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
     if not d.get("trace"):
         raise OptschedError(f"{where}: no trace (a path, or one of the generators {', '.join(GENERATORS)})")
     clusters = d.get("clusters", d.get("cluster"))
-    if isinstance(clusters, (list, tuple)) and None in clusters:  # sweep.json's "clusters": [null]: the default
-        clusters = [None if c is None else _as_list(c, "cluster", str)[0] for c in clusters]
+    if isinstance(clusters, str):  # one cluster (its commas separate types, not clusters)
+        clusters = [clusters]
+    elif isinstance(clusters, (list, tuple)):  # sweep.json records "clusters": [null] for the default
+        clusters = [None if c is None else str(c).strip() for c in clusters]
     else:
-        clusters = _as_list(clusters, "cluster", str) if not isinstance(clusters, str) else [clusters]
+        clusters = _as_list(clusters, "cluster", str)
     spec = SweepSpec(
         trace=str(d["trace"]),
         policies=_as_list(d.get("policies"), "policies", str),
