@@ -33,7 +33,7 @@ def prices(inst: Instance) -> np.ndarray:
     for j, t in enumerate(inst.gpu_types):
         if not np.isfinite(price[j]) or price[j] <= 0:
             what = "is missing" if not np.isfinite(price[j]) else f"must be > 0 ({price[j]:g})"
-            raise OptschedError(f"cluster.price_per_hour[{t!r}]: cost-aware policies need a price for every GPU type ({what}; simulate and compare: --prices)")
+            raise OptschedError(f"cluster.price_per_hour[{t!r}]: cost-aware policies need a price for every GPU type ({what}; simulate, compare and sweep: --prices)")
     return price
 
 

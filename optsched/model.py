@@ -46,6 +46,28 @@ class OptschedError(ValueError):
     it without a traceback and exits with code 2."""
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``loads_unique``); ``str()`` says which."""
+
+
+def _unique_object(pairs: list) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        owner = d.get("id")
+        where = f" (in the object with id {owner!r})" if isinstance(owner, str) and key != "id" else ""
+        raise DuplicateKeyError(f"key {key!r} appears twice in one object{where}")
+    return d
+
+
+def loads_unique(text: str | bytes):
+    """json.loads, refusing an object that repeats a key (DuplicateKeyError). Plain JSON
+    readers keep the last value, so a repeated "jobs" or "throughput" would silently
+    drop the first; a scheduler input should not lose data that way."""
+    return json.loads(text, object_pairs_hook=_unique_object)
+
+
 # --------------------------------------------------------------------------
 # Snapshot contract (version 1)
 # --------------------------------------------------------------------------
@@ -578,6 +600,10 @@ def parse_snapshot(data: str | bytes | dict) -> Snapshot:
         _check_counts(data)
         snap = _parse_json_fast(data)
         if snap is not None:
+            try:  # the fast parser keeps a repeated key's last value, as json.loads does
+                loads_unique(data)
+            except DuplicateKeyError as e:
+                raise OptschedError(f"invalid snapshot: {e}") from None
             return snap
     return _parse_reference(data)
 
@@ -610,7 +636,9 @@ def _parse_reference(data: str | bytes | dict) -> Snapshot:
     is and what each error says (the fast path only ever returns what this returns)."""
     if isinstance(data, (str, bytes)):
         try:
-            data = json.loads(data)
+            data = loads_unique(data)
+        except DuplicateKeyError as e:
+            raise OptschedError(f"invalid snapshot: {e}") from None
         except json.JSONDecodeError as e:
             raise OptschedError(f"invalid snapshot: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
         except UnicodeDecodeError as e:

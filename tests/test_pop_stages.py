@@ -52,9 +52,9 @@ def test_simulated_recomputations_are_pop_solves_feasible_for_the_whole_cluster(
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"partitions": 2, "policy": "fifo"}, "--partitions: policy 'fifo' cannot be partitioned"),
-    ({"partitions": 0}, "--partitions: must be an integer between 1 and 1024"),
-    ({"partitions": 2, "packing": True}, "--partitions: space sharing (packing) cannot be partitioned"),
+    ({"partitions": 2, "policy": "fifo"}, "partitions: policy 'fifo' cannot be partitioned"),
+    ({"partitions": 0}, "partitions: must be an integer between 1 and 1024"),
+    ({"partitions": 2, "packing": True}, "partitions: space sharing (packing) cannot be partitioned"),
 ])
 def test_simulate_refuses_what_pop_cannot_serve(options, message):
     from optsched.sim import simulate

@@ -86,7 +86,7 @@ def test_bad_input():
         simulate(_trace([None, None]), "gpu=1", policy="fifo", loss_threshold=0.1)
     with pytest.raises(OptschedError, match="row 1: convergence profile needs loss_initial > loss_final"):
         simulate(_trace([(0.1, 0.5, 0.1, 1.0), None]), "gpu=1", policy="fifo", loss_threshold=0.1)
-    with pytest.raises(OptschedError, match="--loss-threshold: must be"):
+    with pytest.raises(OptschedError, match="loss_threshold: must be"):
         simulate(_trace([None, None]), "gpu=1", policy="fifo", loss_threshold=-1)
 
 

@@ -270,6 +270,10 @@ def test_oversize_malformed_and_unknown_get_the_right_4xx(secure):
     assert r.status_code == 413
     r = httpx.post(f"{secure.url}/v1/solve", content=b'{"snapshot": {', headers=h)
     assert r.status_code == 422 and r.json() == {"detail": "body: malformed JSON", "field": "body"}
+    # A repeated key would be read last-wins by the app's parser: the second "policy" dropped the first.
+    r = httpx.post(f"{secure.url}/v1/solve", headers=h,
+                   content=b'{"snapshot": ' + json.dumps(snapshot()).encode() + b', "policy": "fifo", "policy": "max_min_fairness"}')
+    assert r.status_code == 422 and r.json() == {"detail": "body: key 'policy' appears twice in one object", "field": "body"}
     r = httpx.post(f"{secure.url}/v1/solve", content=b'{"snapshot": {"cluster": {"gpus": {"v100": NaN}}}}', headers=h)
     assert r.status_code == 422
     r = httpx.post(f"{secure.url}/v1/solve", json={"snapshot": snapshot(), "policy": "nope"}, headers=h)

@@ -235,7 +235,7 @@ def test_job_the_cluster_can_never_run_is_an_error_or_a_counted_skip():
 
 
 def test_goodput_workload_under_a_policy_needing_lengths_is_refused_by_name(peer_data):
-    with pytest.raises(OptschedError, match="--policy: srtf needs job lengths"):
+    with pytest.raises(OptschedError, match="^policy: srtf needs job lengths"):
         simulate(peer_data / "pollux" / "workloads" / "workload-1.csv", policy="srtf")
 
 

@@ -3,7 +3,8 @@ the library, not only in the CLI: ``optsched.simulate`` and sweeps run from
 Python refuse an out-of-range value with one OptschedError naming the option
 before the first round (``on_round`` never fires, the policy is never solved),
 where they used to loop for ever (round_length=1e-300, restart_overhead=inf).
-The CLI calls the same functions."""
+The CLI calls the same functions; the API's messages name its keywords
+(``round_length``), the CLI's its flags (``--round-length``)."""
 
 from __future__ import annotations
 
@@ -48,20 +49,20 @@ def _refused(trace, option: str, **kw) -> str:
 
 
 @pytest.mark.parametrize("kw, option, words", [
-    ({"round_length": 1e-300}, "--round-length", ">= 0.001 s"),
-    ({"round_length": float("inf")}, "--round-length", "finite"),
-    ({"round_length": float("nan")}, "--round-length", "finite"),
-    ({"round_length": 1e8}, "--round-length", "<= 1e+07 s"),
-    ({"restart_overhead": float("inf")}, "--restart-overhead", "finite"),
-    ({"restart_overhead": 1e308}, "--restart-overhead", "shorter than a round"),
-    ({"restart_overhead": 360.0}, "--restart-overhead", "shorter than a round (360 s)"),
-    ({"restart_overhead": -1.0}, "--restart-overhead", ">= 0"),
-    ({"min_recompute_interval": float("inf")}, "--min-recompute-interval", "finite"),
-    ({"recompute_every": 0}, "--recompute-every", ">= 1"),
-    ({"admission": "load", "load_factor": float("inf")}, "--load-factor", "finite"),
-    ({"allocator_options": {"migration_cost": 1e308}}, "--migration-cost", "<= 1e+07 s"),
-    ({"allocator_options": {"hysteresis": float("inf")}}, "--hysteresis", "finite"),
-    ({"seed": -1}, "--seed", "0 to 2^63 - 1"),
+    ({"round_length": 1e-300}, "round_length", ">= 0.001 s"),
+    ({"round_length": float("inf")}, "round_length", "finite"),
+    ({"round_length": float("nan")}, "round_length", "finite"),
+    ({"round_length": 1e8}, "round_length", "<= 1e+07 s"),
+    ({"restart_overhead": float("inf")}, "restart_overhead", "finite"),
+    ({"restart_overhead": 1e308}, "restart_overhead", "shorter than a round"),
+    ({"restart_overhead": 360.0}, "restart_overhead", "shorter than a round (360 s)"),
+    ({"restart_overhead": -1.0}, "restart_overhead", ">= 0"),
+    ({"min_recompute_interval": float("inf")}, "min_recompute_interval", "finite"),
+    ({"recompute_every": 0}, "recompute_every", ">= 1"),
+    ({"admission": "load", "load_factor": float("inf")}, "load_factor", "finite"),
+    ({"allocator_options": {"migration_cost": 1e308}}, "allocator_options['migration_cost']", "<= 1e+07 s"),
+    ({"allocator_options": {"hysteresis": float("inf")}}, "allocator_options['hysteresis']", "finite"),
+    ({"seed": -1}, "seed", "0 to 2^63 - 1"),
 ])
 def test_python_api_refuses_out_of_range_options_by_name(trace, never_solved, kw, option, words):
     assert words in _refused(trace, option, **kw)
@@ -69,7 +70,7 @@ def test_python_api_refuses_out_of_range_options_by_name(trace, never_solved, kw
 
 def test_too_many_rounds_are_refused_before_the_first(trace, never_solved):
     """The lower bound on rounds (the longest job alone at its fastest rate) names the job and the bound."""
-    msg = _refused(trace, "--round-length", round_length=0.01)
+    msg = _refused(trace, "round_length", round_length=0.01)
     assert "rounds of 0.01 s need at least" in msg and "limited to 100,000 rounds" in msg and "alone runs" in msg
 
 
@@ -81,14 +82,14 @@ def test_a_cluster_over_the_gpu_limit_is_one_line_naming_the_field(trace, never_
 
 def test_a_huge_cluster_with_tiny_rounds_is_refused_by_the_rounds_bound(trace, never_solved):
     """Spreading the work over 100,000 GPUs does not shorten the longest job: still too many rounds."""
-    msg = _refused(trace, "--round-length", cluster={"v100": 100_000}, round_length=0.001)
+    msg = _refused(trace, "round_length", cluster={"v100": 100_000}, round_length=0.001)
     assert "alone runs" in msg
 
 
 def test_elastic_jobs_need_rounds_of_a_second(never_solved):
     wl = make_trace({"job_id": ["e0"], "arrival_time": [0.0], "model": ["ncf"], "scale_factor": [1],
                      "steps_total": [np.inf], "duration": [np.nan]}, "mixed", "test", extra={"batch_size": [256.0]})
-    msg = _refused(wl, "--round-length", cluster="gpu=4", policy="pollux", round_length=0.5)
+    msg = _refused(wl, "round_length", cluster="gpu=4", policy="pollux", round_length=0.5)
     assert "elastic jobs" in msg
 
 
@@ -108,7 +109,7 @@ def test_a_window_bounds_the_rounds_by_its_own_jobs():
     tr = make_trace({"job_id": ["short", "long"], "arrival_time": [0.0, 1.0], "model": ["ResNet", "ResNet"],
                      "scale_factor": [1, 1], "steps_total": [100.0, 1e9], "duration": [np.nan, np.nan]},
                     "gavel", "test")
-    with pytest.raises(OptschedError, match=r"^--round-length: .*job 'long' alone"):
+    with pytest.raises(OptschedError, match=r"^round_length: .*job 'long' alone"):
         simulate(tr, "gpu=2", throughputs=table, round_length=1.0)
     r = simulate(tr, "gpu=2", throughputs=table, round_length=1.0, window=(0, 1))
     assert r.jobs.set_index("job_id").loc["short", "completion_time"] == pytest.approx(100.0, abs=2.0)
@@ -157,5 +158,17 @@ def test_an_unvalidated_sweep_records_the_refusal_per_run(tmp_path):
 
 
 def test_top_level_simulate_is_the_checked_one(trace):
-    with pytest.raises(OptschedError, match=r"^--round-length"):
+    with pytest.raises(OptschedError, match=r"^round_length"):
         optsched.simulate(trace, CLUSTER, round_length=1e-300)
+
+
+def test_the_cli_names_the_flags_the_api_names_the_keywords():
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+    from optsched.sim.limits import keyword_names
+
+    assert keyword_names("--queue: x; --servers 16x4 --type-order, --skip-unrunnable drops") == (
+        "allocator_options['queue']: x; cluster 16x4 allocator_options['type_order'], skip_unrunnable drops")
+    res = CliRunner().invoke(app, ["simulate", "--round-length", "1e-300", "--quiet"])
+    assert res.exit_code == 2 and "error: --round-length: must be >= 0.001 s, got 1e-300" in res.output

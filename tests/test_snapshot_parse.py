@@ -343,3 +343,27 @@ def test_the_count_check_leaves_other_shapes_to_the_parse(top):
     text = json.dumps(doc)
     got = outcome(parse_snapshot, text)
     assert got[0] == "error" and got == outcome(model._parse_reference, text)
+
+
+DUPLICATE_KEYS = [  # (text, the key the error names); each parsed last-wins before
+    (b'{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1}}],'
+     b' "jobs": [{"id": "b", "throughput": {"v100": 1}}]}', "'jobs'"),
+    (b'{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1}, "weight": 1,'
+     b' "weight": 3}]}', "'weight' appears twice in one object (in the object with id 'a')"),
+    (b'{"cluster": {"gpus": {"v100": 2, "v100": 8}}, "jobs": []}', "'v100'"),
+    (b'{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1, "v100": 0}}]}', "'v100'"),
+]
+
+
+@pytest.mark.parametrize("text,names", DUPLICATE_KEYS, ids=range(len(DUPLICATE_KEYS)))
+def test_a_repeated_key_is_refused_not_read_last_wins(text, names):
+    for parse in (parse_snapshot, model._parse_reference):
+        for form in (text, text.decode()):
+            with pytest.raises(OptschedError, match="appears twice") as e:
+                parse(form)
+            assert names in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_same_keys_in_different_objects_are_fine():
+    text = b'{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1}}, {"id": "b", "throughput": {"v100": 1}}]}'
+    assert [j.id for j in parse_snapshot(text).jobs] == ["a", "b"]

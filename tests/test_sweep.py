@@ -190,3 +190,38 @@ def test_recorded_clusters_read_back_whole():
     spec = spec_from_dict({**TINY, "clusters": ["v100=1,p100=1,k80=1", None]})
     assert spec.clusters == ["v100=1,p100=1,k80=1", None]
     assert spec_from_dict({**TINY, "cluster": "v100=2,p100=2"}).clusters == ["v100=2,p100=2"]
+
+
+def test_a_sweep_file_or_throughput_table_repeating_a_key_is_refused(tmp_path):
+    from optsched.model import OptschedError
+    from traces.throughputs import read_throughputs
+
+    spec = tmp_path / "s.json"
+    spec.write_text('{"policies": ["fifo"], "seeds": [0], "seeds": [1, 2]}')
+    with pytest.raises(OptschedError, match=r"s\.json: key 'seeds' appears twice"):
+        read_spec_file(spec)
+    table = tmp_path / "t.json"
+    table.write_text('{"k80": {"null": 1.0}, "k80": {"null": 2.0}}')
+    with pytest.raises(OptschedError, match=r"t\.json: key 'k80' appears twice"):
+        read_throughputs(table)
+
+
+def test_prices_reach_every_run_and_a_cost_policy_without_them_is_refused_up_front(tmp_path):
+    from optsched.model import OptschedError
+    from optsched.sweep.spec import validate
+
+    base = {"trace": "gavel", "policies": ["min_cost"], "loads": [20], "trace_options": {"jobs": 8},
+            "clusters": ["v100=2,k80=2", "v100=3"], "executor": "serial"}
+    with pytest.raises(OptschedError, match=r"^--prices: min_cost needs a price for every GPU type; 'v100' of cluster 'v100=2,k80=2' has none"):
+        validate(spec_from_dict(base))
+    with pytest.raises(OptschedError, match=r"^--prices: .*'k8O'"):  # a typo is not dropped as "not in this cluster"
+        validate(spec_from_dict({**base, "prices": "v100=2.48,k8O=0.45"}))
+    spec = spec_from_dict({**base, "prices": {"v100": 2.48, "k80": 0.45}})  # a sweep file's table
+    validate(spec)
+    res = run_sweep(spec, tmp_path / "o")
+    assert res.failed == 0 and len(res.table) == 2
+    recorded = [json.loads((tmp_path / "o" / "runs" / r["run_id"] / "summary.json").read_text())["config"]
+                for r in spec.runs()]
+    assert [c.get("prices") for c in recorded] == [{"v100": 2.48, "k80": 0.45}, {"v100": 2.48}]
+    # Without prices a run's configuration (and so its id) is what it was before prices existed.
+    assert "prices" not in spec_from_dict({**base, "policies": ["fifo"]}).runs()[0]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optsched.model import OptschedError
+from optsched.model import DuplicateKeyError, OptschedError, loads_unique
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,9 @@ def parse_throughputs(data: dict, source: str = "") -> ThroughputTable:
 def read_throughputs(path: str | os.PathLike) -> ThroughputTable:
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
+        data = loads_unique(p.read_text())
+    except DuplicateKeyError as e:
+        raise OptschedError(f"throughput table {p}: {e}") from None
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
         raise OptschedError(f"throughput table {p}: cannot be read ({e.strerror or type(e).__name__})") from None
     except json.JSONDecodeError as e:

@@ -134,7 +134,7 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
 
 
 def _run(trace, cl, table, policy: str, quiet: bool, progress_label: str = "", **config):
-    from optsched.sim import simulate
+    from optsched.sim import simulate_flags as simulate
 
     show = not quiet and err_console.is_terminal
     if not show:

@@ -48,6 +48,7 @@ def sweep(
     loads: Optional[str] = typer.Option(None, "--loads", help="Comma-separated loads: jobs/h for generators, arrival-rate multipliers for files (default 1)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds (default 0)."),
     cluster: Optional[list[str]] = typer.Option(None, "--cluster", help="v100=8,p100=8 or 16x4; repeat for several cluster shapes."),
+    prices: Optional[str] = typer.Option(None, "--prices", help="$/GPU-hour by type, v100=2.48,k80=0.45 (min_cost, min_cost_slo), for every cluster that has the type."),
     jobs: Optional[int] = typer.Option(None, "--jobs", help="Jobs: generated count, or the first N jobs of a file."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="simulate option KEY=VALUE (round_length=60, admission=load, ...); repeatable."),
     auto_every: Optional[int] = typer.Option(None, "--auto-every", help="auto: decide every K rounds (default 10)."),
@@ -68,7 +69,7 @@ def sweep(
     if trace is not None:
         d["trace"] = trace
     for key, value in (("policies", _split(policies)), ("loads", _split(loads)), ("seeds", _split(seeds)),
-                       ("executor", executor), ("workers", workers), ("address", address)):
+                       ("executor", executor), ("workers", workers), ("address", address), ("prices", prices)):
         if value is not None:
             d[key] = value
     if cluster:

@@ -45,7 +45,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from optsched import __version__
-from optsched.model import Instance, OptschedError
+from optsched.model import DuplicateKeyError, Instance, OptschedError, loads_unique
 from optsched.pop import check_partitions, solve_maybe_partitioned
 from optsched.service.models import (SESSION_ID_PATTERN, ErrorBody, FinishRequest, Health, JobOut, JobsOut,
                                      JobUpdate, Limits, PoliciesOut, ReportProgress, RoundOut, RoundRequest,
@@ -429,8 +429,9 @@ def _field_of(msg: str) -> str | None:
 
 class _BodyLimit:
     """Reject bodies over ``max_bytes`` with 413 before the app parses them
-    (Content-Length, or counted while reading a chunked body); a body is read
-    as JSON whatever its Content-Type."""
+    (Content-Length, or counted while reading a chunked body), and JSON that
+    repeats a key in one object with 422; a body is read as JSON whatever its
+    Content-Type."""
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max = app, max_bytes
@@ -460,6 +461,12 @@ class _BodyLimit:
                 break
         whole, sent = b"".join(chunks), False
         if whole:  # every body is JSON, whatever Content-Type says (curl -d sends form-urlencoded)
+            try:  # the app's JSON parse keeps a repeated key's last value
+                loads_unique(whole)
+            except DuplicateKeyError as e:
+                return await _send_error(send, 422, f"body: {e}", "body")
+            except (ValueError, RecursionError):
+                pass  # not JSON: the app's own parse names the error
             headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-type"]
             scope = {**scope, "headers": headers + [(b"content-type", b"application/json")]}
 

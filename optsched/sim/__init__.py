@@ -9,6 +9,7 @@ metrics papers report (optsched/sim/metrics.py) in one schema
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass, field
@@ -120,7 +121,7 @@ def check_run(trace, policy: str, solver: str = "auto", packing: bool = False, t
                                 "placement does not apply")
 
 
-def simulate(
+def simulate_flags(
     trace=None,
     cluster: Cluster | dict | str | None = None,
     policy: str = "max_min_fairness",
@@ -130,13 +131,8 @@ def simulate(
     apps: dict | None = None,
     **config,
 ) -> SimResult:
-    """Simulate ``trace`` (a Trace, a path, or None for the built-in default) on
-    ``cluster`` (a Cluster, ``{"v100": 36, ...}``, ``"v100=36,p100=36,k80=36"``;
-    default 36:36:36 v100/p100/k80, or 16 servers × 4 GPUs for a Pollux/Sia
-    workload). ``throughputs``: a ThroughputTable or a path to one (default:
-    the project's table). ``apps``: profiled applications for elastic jobs
-    (default: the peers' profiles for the cluster's types). Other keywords:
-    SimConfig."""
+    """``simulate`` as the commands (``simulate``, ``compare``, ``sweep``) call it: its
+    errors name the CLI's flags (``--round-length``)."""
     from optsched.sim.jobs import elastic_rows, parse_cluster, resolve_jobs, with_servers
     from optsched.sim.loop import ROUND_COLUMNS, SimConfig, simulate_jobs
     from optsched.sim.metrics import add_fairness, jobs_frame, rounds_frame, summarize
@@ -214,8 +210,29 @@ def simulate(
         summary["end_time"] = float(info["end_time"])
     config_out = {"policy": policy, "cluster": dict(cluster.gpus), "trace": trace.source, "format": trace.format,
                   **{k: v for k, v in cfg.__dict__.items() if k != "policy"}, "round_length": info["round_length"]}
+    if cluster.price_per_hour:
+        config_out["prices"] = dict(cluster.price_per_hour)
     return SimResult(jdf, rdf, summary, config_out)
 
+
+
+def simulate(*args, **kwargs) -> SimResult:
+    """Simulate ``trace`` (a Trace, a path, or None for the built-in default) on
+    ``cluster`` (a Cluster, ``{"v100": 36, ...}``, ``"v100=36,p100=36,k80=36"``;
+    default 36:36:36 v100/p100/k80, or 16 servers × 4 GPUs for a Pollux/Sia
+    workload). ``throughputs``: a ThroughputTable or a path to one (default:
+    the project's table). ``apps``: profiled applications for elastic jobs
+    (default: the peers' profiles for the cluster's types). Other keywords:
+    SimConfig. An OptschedError names the keyword at fault (``round_length``)."""
+    from optsched.sim.limits import keyword_names
+
+    try:
+        return simulate_flags(*args, **kwargs)
+    except OptschedError as e:
+        raise OptschedError(keyword_names(str(e))) from None
+
+
+simulate.__signature__ = inspect.signature(simulate_flags)  # help() shows the keywords
 
 def _cluster(cluster, parse_cluster) -> Cluster:
     """A Cluster from simulate's ``cluster`` argument; a size over the documented limits is a one-line

@@ -9,7 +9,8 @@ range, and the run a configuration asks for must fit in ``MAX_ROUNDS`` rounds:
 a lower bound on the rounds (the longest rigid job alone at its fastest rate,
 and all the rigid work spread over every GPU) is computed before the first round.
 Options are named by their CLI flags (``--round-length``), as every simulator
-message is.
+message is; ``optsched.simulate`` (the Python API) renames them to its keywords
+(``keyword_names``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,26 @@ SIM_FLAGS = {"round_length": "--round-length", "restart_overhead": "--restart-ov
              "min_recompute_interval": "--min-recompute-interval", "recompute_every": "--recompute-every",
              "load_factor": "--load-factor", "migration_cost": "--migration-cost", "hysteresis": "--hysteresis",
              "seed": "--seed"}
+
+
+# The Python API's names for the flags its messages would name (optsched.simulate).
+_API_NAMES = {"cluster": "cluster", "servers": "cluster", "prices": "cluster prices", "set": "option"}
+_ALLOCATOR_FLAGS = ("queue", "type-order", "migration-cost", "hysteresis")
+
+
+def keyword_names(message: str) -> str:
+    """A simulator message with each CLI flag replaced by the Python API's keyword:
+    ``--round-length`` → ``round_length``, ``--queue`` → ``allocator_options['queue']``,
+    ``--servers`` → ``cluster``."""
+    import re
+
+    def name(m: re.Match) -> str:
+        flag = m.group(1)
+        if flag in _ALLOCATOR_FLAGS:
+            return f"allocator_options[{flag.replace('-', '_')!r}]"
+        return _API_NAMES.get(flag, flag.replace("-", "_"))
+
+    return re.sub(r"(?<![\w-])--([a-z][a-z-]*[a-z])", name, message)
 
 
 def default_round_length(elastic: bool) -> float:

@@ -87,7 +87,7 @@ def _score_arrays(arrival, first_start, completion, remaining, scale, t, end, to
 
 
 def _simulate_schedule(trace, cluster, throughputs, seed, options, schedule, max_time=None):
-    from optsched.sim import simulate
+    from optsched.sim import simulate_flags as simulate
     from optsched.sweep.autopolicy import NAME, register
 
     register()
@@ -139,7 +139,7 @@ def _simulate_auto_fork(trace, cluster, throughputs, seed, options, candidates, 
     """The fork mode (module doc). Returns (SimResult, rows, schedule, look-ahead seconds) or raises _ForkFailed."""
     import json
 
-    from optsched.sim import simulate
+    from optsched.sim import simulate_flags as simulate
     from optsched.sweep.autopolicy import NAME, register
 
     register()

@@ -35,7 +35,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from optsched.model import OptschedError
+from optsched.model import DuplicateKeyError, OptschedError, loads_unique
 
 GENERATORS = ("gavel", "bursty")
 TRACE_OPTIONS = ("jobs", "skip", "sample", "format", "philly_cluster", "multi_gpu", "throughputs", "length_scale",
@@ -44,8 +44,8 @@ TRACE_OPTIONS = ("jobs", "skip", "sample", "format", "philly_cluster", "multi_gp
 AUTO_KEYS = ("candidates", "every", "horizon", "metric", "jct_weight", "parallel")
 AUTO_METRICS = ("jct", "responsiveness", "mix")
 EXECUTORS = ("local", "ray", "serial")
-SPEC_KEYS = ("trace", "policies", "loads", "seeds", "clusters", "cluster", "trace_options", "options", "auto",
-             "executor", "workers", "address")
+SPEC_KEYS = ("trace", "policies", "loads", "seeds", "clusters", "cluster", "prices", "trace_options", "options",
+             "auto", "executor", "workers", "address")
 
 
 @dataclass
@@ -55,6 +55,7 @@ class SweepSpec:
     loads: list[float] = field(default_factory=lambda: [1.0])
     seeds: list[int] = field(default_factory=lambda: [0])
     clusters: list[str | None] = field(default_factory=lambda: [None])
+    prices: str | None = None  # $/GPU-hour by type (v100=2.48,k80=0.45), for every cluster that has the type
     trace_options: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
     auto: dict = field(default_factory=dict)
@@ -75,6 +76,8 @@ class SweepSpec:
                     for seed in self.seeds:
                         cfg = {"trace": trace, "trace_options": dict(self.trace_options), "cluster": cluster,
                                "policy": policy, "load": float(load), "seed": int(seed), "options": dict(self.options)}
+                        if self.prices:  # (only when given: older sweeps' run ids stay as they were)
+                            cfg["prices"] = self.prices
                         if policy == "auto":
                             cfg["auto"] = auto_config(self.auto, self.policies)
                         cfg["run_id"] = run_id(cfg)
@@ -135,6 +138,7 @@ def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
         loads=_as_list(d.get("loads"), "loads", float) or [1.0],
         seeds=_as_list(d.get("seeds"), "seeds", int) or [0],
         clusters=clusters or [None],
+        prices=_prices(d.get("prices")),
         trace_options=dict(d.get("trace_options") or {}),
         options=dict(d.get("options") or {}),
         auto=dict(d.get("auto") or {}),
@@ -143,6 +147,17 @@ def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
         address=d.get("address"),
     )
     return spec
+
+
+def _prices(value) -> str | None:
+    """``v100=2.48,k80=0.45``, or a sweep file's table ``{v100 = 2.48, k80 = 0.45}``."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if not isinstance(value, str):
+        raise OptschedError(f"--prices: expected TYPE=$/GPU-hour pairs (e.g. v100=2.48,k80=0.45), got {value!r}")
+    return value.strip()
 
 
 def read_spec_file(path: str | os.PathLike) -> dict:
@@ -163,7 +178,10 @@ def read_spec_file(path: str | os.PathLike) -> dict:
                 raise OptschedError(f"sweep file {p}: expected a mapping at the top level")
             return d
         if p.suffix == ".json":
-            d = json.loads(text)
+            try:
+                d = loads_unique(text)
+            except DuplicateKeyError as e:
+                raise OptschedError(f"sweep file {p}: {e}") from None
             return d.get("spec", d)  # DIR/sweep.json records {"spec": ..., ...}
     except OptschedError:
         raise
@@ -227,6 +245,7 @@ def validate(spec: SweepSpec) -> None:
     from optsched.sim import check_run
 
     trace = build_trace(spec.trace, spec.trace_options, spec.loads[0], spec.seeds[0])
+    _check_prices(spec, trace)
     table = throughput_table(spec.trace_options, spec.options)
     from optsched.sim.jobs import elastic_rows
     from optsched.sim.limits import check_sim_options
@@ -241,6 +260,24 @@ def validate(spec: SweepSpec) -> None:
             check_run(trace, cand, sim_opts.get("solver", "auto"), sim_opts.get("packing", False), table,
                       sim_opts.get("allocator_options"), sim_opts.get("placement", "consolidated"))
     check_sweep_rounds(spec, trace, table)
+
+
+def _check_prices(spec: SweepSpec, trace) -> None:
+    """Every cluster's prices parse, and every priced type is in some cluster (a typo is not ignored)."""
+    from optsched.sim.jobs import parse_cluster
+    from optsched.sweep.traces import build_cluster, cluster_types
+
+    priced = {p for p in spec.policies for p in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto"
+                                               else [p])} & {"min_cost", "min_cost_slo"}
+    types = {c: cluster_types(c, trace) for c in spec.clusters}
+    if spec.prices:  # names a type that no cluster has (a typo is not dropped as "not in this cluster")
+        parse_cluster(",".join(f"{t}=1" for t in sorted(set().union(*types.values()))), prices=spec.prices)
+    for c, mine in types.items():
+        got = build_cluster(c, spec.prices, trace) if spec.prices else None
+        missing = [t for t in mine if got is None or t not in (got.price_per_hour or {})]
+        if priced and missing:  # (each run would fail in its first round)
+            raise OptschedError(f"--prices: {sorted(priced)[0]} needs a price for every GPU type; "
+                                f"{missing[0]!r} of cluster {c or 'default'!r} has none (e.g. --prices v100=2.48,k80=0.45)")
 
 
 def _without_flag(msg: str) -> str:

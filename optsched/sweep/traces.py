@@ -138,11 +138,35 @@ def _build_trace(trace: str, trace_options: dict, load: float, seed: int):
     return replace(tr, jobs=j, notes=tr.notes + (f"inter-arrival times scaled by 1/{load:g}",))
 
 
-def build_cluster(cluster: str | None):
-    if cluster is None:
-        return None
+def build_cluster(cluster: str | None, prices: str | None = None, trace=None):
+    """A run's cluster: ``v100=8,p100=8`` or a shape ``16x4`` (None: the simulator's
+    default for ``trace``). ``prices`` (``v100=2.48,k80=0.45``, the sweep's ``--prices``)
+    are applied for the types this cluster has, so one price list serves every shape."""
     from optsched.sim.jobs import parse_cluster
 
+    if cluster is None and not prices:
+        return None
+    spec, servers = _cluster_args(cluster, trace)
+    built = parse_cluster(spec, servers)
+    if not prices:
+        return built
+    mine = ",".join(part for part in prices.split(",") if part.partition("=")[0].strip() in built.gpus)
+    return parse_cluster(spec, servers, prices=mine) if mine else built
+
+
+def cluster_types(cluster: str | None, trace) -> tuple[str, ...]:
+    """The GPU types of a run's cluster (the simulator's default for ``trace`` when None)."""
+    from optsched.sim.jobs import parse_cluster
+
+    return tuple(parse_cluster(*_cluster_args(cluster, trace)).gpus)
+
+
+def _cluster_args(cluster: str | None, trace) -> tuple[str | None, str | None]:
+    if cluster is None:
+        from optsched.sim import DEFAULT_CLUSTER, DEFAULT_ELASTIC_SERVERS
+        from optsched.sim.jobs import elastic_rows
+
+        cluster = DEFAULT_ELASTIC_SERVERS if trace is not None and elastic_rows(trace).all() else DEFAULT_CLUSTER
     if re.fullmatch(r"\s*\d+\s*x\s*\d+\s*", cluster):
-        return parse_cluster(None, cluster.replace(" ", ""))
-    return parse_cluster(cluster)
+        return None, cluster.replace(" ", "")
+    return cluster, None

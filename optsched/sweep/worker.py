@@ -31,7 +31,7 @@ def execute(run: dict) -> dict:
         from optsched.sweep.traces import build_cluster, build_trace, throughput_table
 
         trace = build_trace(run["trace"], run["trace_options"], run["load"], run["seed"])
-        cluster = build_cluster(run["cluster"])
+        cluster = build_cluster(run["cluster"], run.get("prices"), trace)
         opts = dict(run["options"])
         table = throughput_table(run["trace_options"], opts)
         opts.pop("throughputs", None)
@@ -44,7 +44,7 @@ def execute(run: dict) -> dict:
             res, choices = simulate_auto(trace, cluster, throughputs=table, seed=run["seed"], options=opts,
                                          **run["auto"])
         else:
-            from optsched.sim import simulate
+            from optsched.sim import simulate_flags as simulate
 
             res = simulate(trace, cluster, policy=run["policy"], throughputs=table, seed=run["seed"], **opts)
         return {"run": run, "status": "ok", "error": "", "summary": res.summary, "config": res.config,
