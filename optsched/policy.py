@@ -272,6 +272,7 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
     # A fallback's lowest shares are not a bottleneck of the policy: no marks.
     explanation = explain(inst, X, form.share(X, Y) if sol.ok else None, prices, objective if sol.ok else None)
     explanation.update(form.info)
+    explanation["backend"] = sol.backend  # what solved it (proportional_fairness: clarabel whatever --solver says)
     log.info("%s: %d jobs x %d types, %s backend %s: %s in %.3f s", policy, inst.n, inst.k, solver, sol.backend,
              status, solver_seconds)
     thr, packed = (inst.throughput * X).sum(axis=1), {}

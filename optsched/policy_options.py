@@ -176,6 +176,10 @@ def parse_policy_options(policies: list[str] | str, items: list[str] | None) -> 
             if key not in known:
                 choices = ", ".join(sorted(known)) or "none"
                 raise OptschedError(f"{FLAG}: unknown key {key!r} for policy {policy} (it takes: {choices})")
+            takes_none = "None" in {k.strip() for k in str(declared.get(key, "")).split("|")}
+            if takes_none and value.strip().lower() in ("none", "null"):  # max_partners=none: every pair
+                out[key] = None
+                continue
             out[key] = _parse(key, value, _stand_in(known[key], declared.get(key, "")))
             d, v = known[key], out[key]
             if (isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0 and not isinstance(v, bool)

@@ -59,6 +59,14 @@ def test_simulate_names_queue_and_type_order(tiny_trace):
         "--type-order: must list each GPU type once")
 
 
+@pytest.mark.parametrize("flag,value", [("--migration-cost", "300"), ("--hysteresis", "5"), ("--queue", "gavel")])
+def test_allocator_options_a_configuration_policy_would_ignore_are_refused(tiny_trace, flag, value):
+    """hadar and optimus place every job themselves: these options changed nothing (same JCT, same migrations)."""
+    for policy in ("hadar", "optimus"):
+        assert error_line(["simulate", tiny_trace, "-q", *CLUSTER, "--policy", policy, flag, value]) == (
+            f"{flag}: policy {policy} chooses every job's GPUs itself; the allocator's walk does not apply")
+
+
 def test_sweep_names_the_cluster_once(tmp_path):
     msg = error_line(["sweep", "gavel", "--policies", "fifo", "--cluster", "v100=x", "--out", str(tmp_path)])
     assert msg == "--cluster 'v100=x': count 'x' for 'v100' is not an integer"

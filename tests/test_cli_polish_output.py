@@ -67,3 +67,20 @@ def test_broken_pipe_exits_quietly(args):
     proc = run_piped(*args, close_stdout=True)
     assert proc.returncode == BROKEN_PIPE_EXIT == 141
     assert proc.stderr.read() == b""
+
+
+def test_a_reader_leaving_mid_output_gives_141_not_a_silently_cut_document(tmp_path):
+    """`solve big.json --json | head -1`: the reader takes a first chunk and leaves while the
+    document (~500 KB, far over a pipe's buffer) is being written. sys.stdout's single large
+    write was cut short without an error (exit 0, truncated JSON); every byte is now checked."""
+    from optsched.bench import instances
+
+    big = tmp_path / "big.json"
+    big.write_bytes(instances.snapshot_json(instances.rigid(3000, 3, 0)))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    cmd = [str(EXE), "solve", str(big), "--json"] if EXE.exists() else [sys.executable, "-m", "optsched.cli", "solve", str(big), "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    assert proc.stdout.readline() == b"{\n"
+    proc.stdout.close()
+    proc.wait(timeout=300)
+    assert proc.returncode == BROKEN_PIPE_EXIT and proc.stderr.read() == b""

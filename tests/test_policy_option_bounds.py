@@ -220,3 +220,24 @@ def test_tiresias_prior_is_a_path_or_samples_and_only_for_gittins():
             optsched.solve(snap, "tiresias_gittins", prior=bad)
     with pytest.raises(OptschedError, match="^prior: only tiresias_gittins"):
         optsched.solve(snap, "tiresias", prior="x.csv")
+
+
+def test_none_on_the_command_line_only_where_the_option_takes_none():
+    """`--policy-option max_partners=none` puts every pair in at once, as max_partners=None does in Python;
+    an option that has no None (Tiresias's starvation_factor is a number) still refuses the word."""
+    from optsched.policy_options import parse_policy_options
+
+    for word in ("none", "None", "null"):
+        assert parse_policy_options("max_min_fairness", [f"max_partners={word}"]) == {"max_partners": None}
+    assert parse_policy_options("max_min_fairness_water_filling", ["max_rounds=null"]) == {"max_rounds": None}
+    with pytest.raises(OptschedError, match="starvation_factor='none'"):
+        parse_policy_options("tiresias", ["starvation_factor=none"])
+
+
+def test_the_summary_names_its_display_unit_apart_from_its_seconds():
+    """The summary's values are seconds; the unit tables show was called time_unit and read as theirs."""
+    import optsched
+
+    r = optsched.simulate(policy="fifo")
+    assert "time_unit" not in r.summary and r.summary["display_time_unit"] == "h"
+    assert r.summary["avg_jct"] == pytest.approx(float(r.jobs["jct"].mean()))

@@ -315,3 +315,15 @@ def test_remaining_iterations_cache_is_not_fooled_by_a_reused_id(monkeypatch):
     stages.remaining_iterations(job, other, 64.0)
     stages._GAINS[(id(b), 64.0)] = stages._GAINS.pop((id(other), 64.0))
     assert stages.remaining_iterations(job, b, 64.0) == fresh
+
+
+def test_an_unknown_application_names_its_first_row_and_every_profiled_one(peer_data, tmp_path):
+    """It named the alphabetically first unknown application's row and listed only the trace's own
+    profiled applications (empty when none was known)."""
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\nj1,0,cifar10,1,128\nj2,10,zzz,1,128\n"
+                    "j3,20,aaa,1,128\n")
+    with pytest.raises(OptschedError) as e:
+        simulate(path, "gpu=4")
+    assert str(e.value).endswith("row 3: no goodput profile for application 'zzz' (profiled for gpu: bert, cifar10, "
+                                 "deepspeech2, imagenet, ncf, yolov3)")

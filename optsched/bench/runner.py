@@ -255,7 +255,8 @@ def THREE(W: int):
 
 
 def milp_case(policy: str, gpus: int, jobs: int, rounds: int = 5) -> Case:
-    key = f"{policy}/{gpus}gpu/{jobs}jobs"
+    # Fewer rounds (--quick) is another workload: its own name, so --compare never pairs the two.
+    key = f"{policy}/{gpus}gpu/{jobs}jobs" + (f"/{rounds}rounds" if rounds != 5 else "")
 
     def run(ctx: Context) -> BenchRow:
         from optsched.bench import references

@@ -78,9 +78,13 @@ def bench(
         write_csv(rows, str(csv_out), meta)
         console.print(f"wrote {csv_out}")
     if compare_to is not None:
-        c = Table(title=f"against {compare_to} (ratio = old / new time: > 1 is faster now)", header_style="bold")
-        for col in ("case", "old s", "new s", "ratio", "old objective", "new objective"):
-            c.add_column(col, justify="left" if col == "case" else "right")
+        # (the path goes in the caption: a long one wrapped the title at the table's width)
+        c = Table(title="against an earlier run (ratio = old / new time: > 1 is faster now)",
+                  caption=f"earlier run: {compare_to}", header_style="bold")
+        for col in ("case", "old s", "new s", "ratio", "old objective", "new objective", "note"):
+            c.add_column(col, justify="left" if col in ("case", "note") else "right")
         for case, ot, nt, ratio, oo, no in compare(rows, str(compare_to)):
-            c.add_row(case, fmt(ot), fmt(nt), f"{ratio:.2f}×" if ratio == ratio else "–", fmt_g(oo), fmt_g(no))
+            differs = oo == oo and no == no and abs(oo - no) > 1e-6 * max(abs(oo), abs(no), 1e-12)
+            c.add_row(case, fmt(ot), fmt(nt), f"{ratio:.2f}×" if ratio == ratio else "–", fmt_g(oo), fmt_g(no),
+                      "objective differs: another instance (seed?) or solution" if differs else "")
         console.print(c)

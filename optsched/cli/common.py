@@ -37,6 +37,26 @@ def exit_on_broken_pipe():
     raise SystemExit(BROKEN_PIPE_EXIT)
 
 
+def write_out(text: str) -> None:
+    """``text`` and a newline on stdout, every byte or exit BROKEN_PIPE_EXIT. A large
+    single write to a pipe whose reader leaves (``--json | head -1``) is cut short
+    without an error through sys.stdout (the kernel takes part of it, then the rest
+    is dropped), so the bytes go through os.write until all are taken."""
+    data = (text + "\n").encode()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a test runner's buffer: no descriptor
+        typer.echo(text)
+        return
+    try:
+        sys.stdout.flush()
+        view, done = memoryview(data), 0
+        while done < len(data):
+            done += os.write(fd, view[done:])
+    except BrokenPipeError:
+        exit_on_broken_pipe()
+
+
 class _Console(Console):
     def on_broken_pipe(self) -> None:  # rich's own exits with 1, like a failure
         exit_on_broken_pipe()

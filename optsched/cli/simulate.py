@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from optsched.cli.common import app, console, err_console, user_errors
+from optsched.cli.common import app, console, err_console, user_errors, write_out
 
 trace_app = typer.Typer(add_completion=False, help="Traces: describe, convert, generate.")
 app.add_typer(trace_app, name="trace")
@@ -72,7 +72,7 @@ def _print_summary(summaries: dict[str, dict], title: str) -> None:
 
 def _summary_table(summaries: dict[str, dict]) -> Table:
     """One column per run; times in seconds when every run is second-scale, else hours."""
-    time_unit = "s" if all(s.get("time_unit") == "s" for s in summaries.values()) else "h"
+    time_unit = "s" if all(s.get("display_time_unit") == "s" for s in summaries.values()) else "h"
     t = Table(show_edge=False, header_style="bold")
     t.add_column("metric")
     for name in summaries:
@@ -333,7 +333,7 @@ def simulate(
 
             files += [jct_cdf({policy: r}, out / "jct_cdf.png").name, utilization(r, out / "utilization.png").name]
     if as_json:
-        typer.echo(json.dumps(r.summary, indent=2, default=_json_default))
+        write_out(json.dumps(r.summary, indent=2, default=_json_default))
         return
     _print_summary({policy: r.summary}, f"{len(tr)} jobs from {_source(tr)} on {_cluster_text(cl)}")
     if out:
@@ -421,7 +421,7 @@ def compare(
             r.write(out, name=p)
         jct_cdf(results, out / "jct_cdf.png", window=bool(window))
     if as_json:
-        typer.echo(json.dumps({p: r.summary for p, r in results.items()}, indent=2, default=_json_default))
+        write_out(json.dumps({p: r.summary for p, r in results.items()}, indent=2, default=_json_default))
         return
     _print_summary({p: r.summary for p, r in results.items()}, f"{len(tr)} jobs from {_source(tr)} on {_cluster_text(cl)}")
     if out:
@@ -442,7 +442,7 @@ def trace_describe(
     _check_format_has_trace(trace, fmt)
     d = (default_trace() if trace is None else read_trace(trace, fmt)).describe()
     if as_json:
-        typer.echo(json.dumps(d, indent=2))
+        write_out(json.dumps(d, indent=2))
         return
     from optsched.cli.text import describe_table
 
@@ -502,7 +502,7 @@ def trace_generate(
     multi_gpu: bool = typer.Option(False, "--multi-gpu", help="Scale factors 1/2/4/8 with p = .70/.10/.15/.05."),
     to: str = typer.Option("gavel", "--to", help="Output format: gavel | tiresias | philly"),
     throughputs: Optional[Path] = COMMON["throughputs"],
-    seed: int = COMMON["seed"],
+    seed: int = typer.Option(0, "--seed", help="Seed (arrival times, job types, durations, scale factors)."),
 ):
     """Gavel-style continuous arrivals with job types from a throughput table."""
     from optsched.cli.limits import check_generate

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from optsched.cli.common import app, console, err_console, user_errors
+from optsched.cli.common import app, console, err_console, user_errors, write_out
 from optsched.model import OptschedError
 
 
@@ -42,7 +42,7 @@ def solve(
     placement: bool = typer.Option(False, "--placement", help="Also compute the next round's GPU placement."),
     placement_policy: str = typer.Option("consolidated", "--placement-policy", help="consolidated | first_fit | cpsat"),
     partitions: int = typer.Option(1, "--partitions", help="POP: solve k balanced sub-problems in parallel and merge (large snapshots)."),
-    strict: bool = typer.Option(False, "--strict", help="Exit with code 3 when the solver fell back (status not optimal)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit with code 3 when the solver fell back (status neither optimal nor ok: a time limit, a fallback)."),
     policy_option: Optional[list[str]] = typer.Option(None, "--policy-option", help="KEY=VALUE for the policy's formulation (repeatable); unknown keys and bad values are refused by name."),
     rows: int = typer.Option(50, "--rows", help="Jobs shown in the table (bottleneck jobs first; 0: all). --json always has every job."),
 ):
@@ -109,7 +109,7 @@ def solve(
     if as_json:
         from optsched.cli.json_out import dumps_indented
 
-        typer.echo(dumps_indented(out))  # json.dumps(out, indent=2), the same text
+        write_out(dumps_indented(out))  # json.dumps(out, indent=2), the same text
     else:
         _print_solution(snap, out, rows)
     if strict and not str(out["status"]).startswith(("optimal", "ok")):
@@ -222,7 +222,7 @@ def schema():
     """Print the snapshot JSON Schema (version 1)."""
     from optsched.model import snapshot_schema
 
-    typer.echo(json.dumps(snapshot_schema(), indent=2))
+    write_out(json.dumps(snapshot_schema(), indent=2))
 
 
 @app.command()

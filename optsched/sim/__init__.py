@@ -112,8 +112,9 @@ def check_run(trace, policy: str, solver: str = "auto", packing: bool = False, t
                                 "finish_time_fairness, makespan, max_throughput, gandiva or lucid)")
     if policy in CONFIGURATION_POLICIES:
         opts = allocator_options or {}
-        for key, flag in (("queue", "--queue"), ("type_order", "--type-order")):
-            if key in opts:
+        for key, flag in (("queue", "--queue"), ("type_order", "--type-order"), ("migration_cost", "--migration-cost"),
+                          ("hysteresis", "--hysteresis")):
+            if key in opts:  # (its own restart costs are part of the policy: pollux, sia)
                 raise OptschedError(f"{flag}: policy {policy} chooses every job's GPUs itself; "
                                     "the allocator's walk does not apply")
         if placement != "consolidated":
@@ -159,9 +160,15 @@ def simulate_flags(
     if elastic.any():
         cluster = with_servers(cluster)
         if apps is None:
-            from optsched.sim.goodput_jobs import applications_for
+            from optsched.sim.goodput_jobs import applications_for, available_applications
 
             apps = applications_for(cluster, trace.jobs["model"][elastic])
+            unknown = elastic & ~trace.jobs["model"].astype(str).isin(list(apps)).to_numpy()
+            if unknown.any():  # (the peers' whole list, not only the trace's profiled ones)
+                row = trace.jobs["row"].iat[int(np.argmax(unknown))] if "row" in trace.jobs else int(np.argmax(unknown)) + 1
+                raise OptschedError(f"{trace.format} trace {trace.source}: row {row}: no goodput profile for application "
+                                    f"{trace.jobs['model'].iat[int(np.argmax(unknown))]!r} (profiled for "
+                                    f"{', '.join(sorted(cluster.gpus))}: {', '.join(available_applications(cluster))})")
     from optsched.policy import GOODPUT_POLICIES
 
     pair_table = (throughputs or default_throughputs()) if cfg.packing else None
@@ -200,7 +207,7 @@ def simulate_flags(
     summary.update({"schema_version": SCHEMA_VERSION, "policy": policy, "solver": info["solver"],
                     "round_length": info["round_length"], "packing": bool(cfg.packing),
                     "elastic_jobs": int(jobs.is_elastic.sum()), "extrapolated_jobs": jobs.extrapolated,
-                    "time_unit": time_unit(jdf), "progress_violation_steps": st.progress_violation,
+                    "display_time_unit": time_unit(jdf), "progress_violation_steps": st.progress_violation,
                     "spread_rate_jobs": int((jobs.spread_throughput != jobs.throughput).any(axis=1).sum())
                     if jobs.spread_throughput is not None else 0, **loss_report})
     if cfg.window is not None:
@@ -252,7 +259,9 @@ def _cluster(cluster, parse_cluster) -> Cluster:
 
 
 def time_unit(jobs: pd.DataFrame) -> str:
-    """"s" when the median JCT (else the arrival span) is under an hour, else "h"."""
+    """The unit tables and plots show times in (the summary's ``display_time_unit``; its
+    values are seconds): "s" when the median JCT (else the arrival span) is under an
+    hour, else "h"."""
     jct = jobs["jct"].dropna()
     scale = float(jct.median()) if len(jct) else float(jobs["arrival_time"].max() - jobs["arrival_time"].min())
     return "s" if scale < 3600 else "h"

@@ -296,10 +296,37 @@ def applications_for(cluster, names, root=None) -> dict:
     """The profiled applications ``names`` for a cluster's GPU types (fitted
     once per process): Sia's per-type profiles when every type is one of
     Sia's, else Pollux's on one type. Unknown names are left out (the caller
-    names the row that uses one)."""
+    names the row that uses one; ``available_applications`` lists them all)."""
+    from optsched.goodput.profiles import load_application
+
+    folder, suffixes, skip, sia = _profiles(cluster, root)
+    types = tuple(sorted(cluster.gpus))
+    out = {}
+    if sia:
+        from optsched.sim.jobs import server_gpus
+
+        per_server = dict(zip(types, server_gpus(cluster, types).tolist()))
+    for name in sorted(set(names)):
+        if name in skip or not (folder / name).is_dir():
+            continue
+        key = (str(folder), types, name)
+        if key not in _APPS:
+            _APPS[key] = load_application(folder / name, suffixes)
+        out[name] = SiaApplication.of(_APPS[key], per_server) if sia else _APPS[key]
+    return out
+
+
+def available_applications(cluster, root=None) -> list[str]:
+    """Every application with profiles for the cluster's GPU types (``applications_for``'s folder)."""
+    folder, _, skip, _ = _profiles(cluster, root)
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in skip)
+
+
+def _profiles(cluster, root=None):
+    """(profile folder, file suffix per type, applications to skip, Sia's layout?) for a cluster."""
     from pathlib import Path
 
-    from optsched.goodput.profiles import SIA_GPU_TYPES, load_application, peer_data_dir
+    from optsched.goodput.profiles import SIA_GPU_TYPES, peer_data_dir
     from optsched.model import OptschedError
 
     types = tuple(sorted(cluster.gpus))
@@ -315,16 +342,4 @@ def applications_for(cluster, names, root=None) -> dict:
                             f"({', '.join(SIA_GPU_TYPES)}); got {', '.join(types)}")
     if not folder.is_dir():
         raise OptschedError(f"profiles: application profiles not found at {folder} (set OPTSCHED_PEER_DATA)")
-    out = {}
-    if sia:
-        from optsched.sim.jobs import server_gpus
-
-        per_server = dict(zip(types, server_gpus(cluster, types).tolist()))
-    for name in sorted(set(names)):
-        if name in skip or not (folder / name).is_dir():
-            continue
-        key = (str(folder), types, name)
-        if key not in _APPS:
-            _APPS[key] = load_application(folder / name, suffixes)
-        out[name] = SiaApplication.of(_APPS[key], per_server) if sia else _APPS[key]
-    return out
+    return folder, suffixes, skip, sia

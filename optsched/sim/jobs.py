@@ -148,11 +148,11 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
         if apps is None:
             raise OptschedError(f"{where}: elastic jobs need application profiles (apps=...)")
         names = j["model"].to_numpy(dtype=object)
-        missing = sorted({str(a) for a in names[elastic]} - set(apps))
-        if missing:
-            i = int(np.argmax(elastic & (names == missing[0])))
-            raise OptschedError(f"{where}: row {j['row'].iat[i]}: no goodput profile for application {missing[0]!r} "
-                                f"(profiled: {', '.join(sorted(apps))})")
+        unknown = elastic & ~np.isin(names.astype(str), list(apps))
+        if unknown.any():
+            i = int(np.argmax(unknown))  # the first row that names one
+            raise OptschedError(f"{where}: row {j['row'].iat[i]}: no goodput profile for application {names[i]!r} "
+                                f"(profiled: {', '.join(sorted(apps)) or 'none'})")
         if "batch_size" not in j:
             raise OptschedError(f"{where}: elastic jobs need a batch_size column")
         batch[elastic] = j["batch_size"].to_numpy(dtype=float)[elastic]

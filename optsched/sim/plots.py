@@ -21,7 +21,7 @@ def jct_cdf(results: dict, path: str | Path, window: bool = False) -> Path:
     """``results``: {policy: SimResult}. JCT in hours (seconds when every run is
     second-scale), log x axis."""
     plt = _plt()
-    secs = all(r.summary.get("time_unit") == "s" for r in results.values())
+    secs = all(r.summary.get("display_time_unit") == "s" for r in results.values())
     scale, unit = (1.0, "s") if secs else (3600.0, "h")
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     for name, r in results.items():
@@ -51,7 +51,7 @@ def utilization(result, path: str | Path, bucket_hours: float | None = None) -> 
     averages over buckets, ~200 buckets by default)."""
     plt = _plt()
     r = result.rounds
-    secs = result.summary.get("time_unit") == "s"
+    secs = result.summary.get("display_time_unit") == "s"
     scale = 1.0 if secs else 3600.0
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
     cols = [c for c in r.columns if c.startswith("util_")]
