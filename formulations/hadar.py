@@ -13,7 +13,9 @@ synchronous job then runs at the pace of its slowest worker. MILP form:
 
 T[m, j] are the job's steps/s at its scale factor on type j (the snapshot's
 throughput), so a job entirely on type j runs at T[m, j] and a mixed job at the
-minimum over the types it uses. Everything is vectorized (n × k variables).
+minimum over the types it uses. The program is solved in z_m / T*_m (each job's
+speed as a fraction of its best): steps/s span 1e-12..1e15, and a coefficient of
+1e7 in a big-M row made HiGHS call "no job runs" optimal. Everything is vectorized (n × k variables).
 Fallback on a time limit: the LP relaxation's a_m order, each job placed
 greedily on its fastest types with room.
 """
@@ -40,18 +42,18 @@ def build(inst: Instance, relax: bool = False):
     x = cp.Variable((n, k), integer=not relax, name="x")
     u = cp.Variable((n, k), boolean=not relax, name="u")
     a = cp.Variable(n, boolean=not relax, name="a")
-    z = cp.Variable(n, nonneg=True, name="z")
+    z = cp.Variable(n, nonneg=True, name="z")  # z_m / T*_m: the job's speed as a fraction of its best
     cons = [
         x >= 0,
         *([u >= 0, u <= 1, a >= 0, a <= 1] if relax else []),
         cp.sum(x, axis=1) == cp.multiply(s, a),
         x <= cp.multiply(s[:, None], u),
         u <= usable,
-        z[:, None] <= T + cp.multiply(best[:, None], 1 - u),
-        z <= cp.multiply(best, a),
+        z[:, None] <= T / best[:, None] + (1 - u),
+        z <= a,
         cp.sum(x, axis=0) <= inst.capacity,
     ]
-    objective = cp.Maximize((inst.weight / best) @ z)
+    objective = cp.Maximize(inst.weight @ z)
     return cp.Problem(objective, cons), x, a, z
 
 

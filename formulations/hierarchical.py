@@ -51,3 +51,13 @@ def allocate(
     max_rounds, warm_levels = check_water_fill_options(max_rounds, warm_levels)
     A0 = normalized_throughput(inst, agnostic) * inst.weight[:, None]
     return water_fill(inst, policy, A0, tenant_weights(inst), solver, time_limit, max_rounds, warm_levels)
+
+
+def first_level(inst: Instance, X: np.ndarray, agnostic: bool = False) -> float:
+    """The program's objective (its first water-filling level) for an allocation ``X`` of ``inst``:
+    the least share of a job per unit of its first-round weight. POP merges groups with it, since a
+    group's own level counts only the tenant's jobs inside that group."""
+    share = (normalized_throughput(inst, agnostic) * inst.weight[:, None] * X).sum(axis=1)
+    w = tenant_weights(inst)(np.zeros(inst.n, dtype=bool))
+    live = w > 0
+    return float(np.min(share[live] / w[live])) if live.any() else float("nan")

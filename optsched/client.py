@@ -74,6 +74,11 @@ class Client:
     def request(self, method: str, path: str, json: Any = None, params: dict | None = None) -> Any:
         try:
             r = self._http.request(method, path, json=json, params=params)
+        except ValueError as e:  # NaN or inf in the body: not JSON; the in-process Session refuses them too
+            if "JSON" not in str(e):
+                raise
+            raise ServiceError(422, "body: NaN and infinity are not numbers JSON can carry "
+                                    "(Input should be a finite number)", "body") from None
         except httpx.TransportError as e:  # no server, a refused connection, a timeout: status 0
             raise UnreachableError(0, f"cannot reach {self._http.base_url}: {e or type(e).__name__}") from None
         if r.status_code >= 400:
@@ -204,6 +209,8 @@ class RemoteSession:
         return self.client.request("GET", self._base)
 
     def job(self, job_id: str) -> dict:
+        if not str(job_id):  # ".../jobs/" is the list's address (a redirect, not a job)
+            raise NotFoundError(404, f"job {job_id!r} not found in session {self.id!r}", "job_id")
         return self.client.request("GET", f"{self._base}/jobs/{_seg(job_id)}")
 
     def jobs(self, finished: bool = False, limit: int = 1000, offset: int = 0) -> list[dict]:

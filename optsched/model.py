@@ -376,7 +376,7 @@ class Snapshot(_Strict):
         (JSON "\\ud800") is refused here, naming where it is."""
         where = _lone_surrogate(data, "")
         if where is not None:
-            raise ValueError(f"{where or 'snapshot'}: not valid Unicode text (a lone surrogate)")
+            raise ValueError(f"{where + ': ' if where else ''}not valid Unicode text (a lone surrogate)")  # (the caller names the whole)
         return data
 
     @model_validator(mode="after")

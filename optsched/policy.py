@@ -208,13 +208,31 @@ def solve_instance(
         solver = solver_name(solver)
     except ValueError:
         raise OptschedError(f"solver: unknown solver {solver!r} (choose from {', '.join(SOLVERS)})") from None
+    from optsched.checks import check_number
+
+    check_number("time_limit", time_limit, 0.0, lo_open=True, unit="s")  # (0, -1 and nan ran as "optimal")
     mod, opts = _module(policy)
+    takes = _option_names(mod)
+    unknown = sorted(k for k in options if takes is not None and k not in takes)
+    if unknown:  # (a TypeError from the formulation before)
+        raise OptschedError(f"{unknown[0]}: not an option of policy {policy} (it takes: {', '.join(sorted(takes)) or 'none'})")
     opts.update(options)
     if hasattr(mod, "allocate"):
         if inst.n == 0:
             return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
         return finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
     return solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, **opts)
+
+
+def _option_names(mod) -> frozenset | None:
+    """The keywords a policy's entry point takes besides the plumbing (None: it takes any, **kwargs)."""
+    import inspect
+
+    fn = getattr(mod, "allocate", None) or mod.build
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.name not in ("inst", "policy", "solver", "time_limit"))
 
 
 def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:

@@ -174,6 +174,10 @@ def solve_partitioned(
         X[g] = a.fractions
     objectives = [a.objective for a in parts]
     objective = {"min": min, "max": max, "sum": sum}[family](objectives)
+    if policy.startswith("max_min_fairness_hierarchical"):  # a group's level counts only its part of each tenant
+        from optsched.formulations.hierarchical import first_level
+
+        objective = first_level(inst, X, bool(options.get("agnostic", False)))
     distinct = sorted({a.status for a in parts})
     status = distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
     explanation = {**_merged_explanation(inst, X, parts, family, objective), "partitions": k,

@@ -109,3 +109,10 @@ def test_an_unknown_queue_in_a_sweep_is_refused_before_any_run(tmp_path):
     assert res.exit_code == 2, res.output
     assert "unknown queue discipline 'phase'" in (res.stderr or res.output)
     assert not (tmp_path / "sw" / "runs").exists()
+
+
+def test_a_type_or_policy_given_twice_is_refused(tiny_trace):
+    """`--cluster v100=4,v100=1` ran on v100=1 (the last count won); `compare --policies fifo,fifo` printed one column."""
+    assert error_line(["simulate", tiny_trace, "-q", "--cluster", "v100=4,v100=1"]) == "--cluster: v100 is given twice"
+    assert error_line(["compare", tiny_trace, "-q", *CLUSTER, "--policies", "fifo,fifo"]) == (
+        "--policies: 'fifo' is listed twice")

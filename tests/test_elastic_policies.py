@@ -149,6 +149,23 @@ def test_hadar_milp_matches_brute_force(seed):
     assert alloc.objective == pytest.approx(hadar_brute_force(inst), rel=1e-6, abs=1e-9)
 
 
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([1e-9, 1e7, 1e12]))
+def test_hadar_is_the_same_program_at_any_throughput_scale(seed, scale):
+    """Steps/s of 1e7 and more (the snapshot allows 1e15) made the big-M rows' coefficients so large that
+    HiGHS called "no job runs" optimal; the program is now solved in fractions of each job's best speed."""
+    rng = np.random.default_rng(seed)
+    n, k = 4, 2
+    T = rng.uniform(0.5, 3.0, (n, k)) * scale
+    inst = Instance(job_ids=tuple(f"j{i}" for i in range(n)), gpu_types=("a", "b"), throughput=T,
+                    scale_factor=rng.choice([1, 2], n).astype(float), weight=np.ones(n),
+                    capacity=np.array([2.0, 2.0]), steps_remaining=np.full(n, 1e4), elapsed_time=np.zeros(n),
+                    attained_service=np.zeros(n), arrival_time=np.zeros(n))
+    alloc = solve_instance(inst, "hadar", solver="highs")
+    assert alloc.status == "optimal" and alloc.gpu_counts.sum() > 0
+    assert alloc.objective == pytest.approx(hadar_brute_force(inst), rel=1e-6)
+
+
 def test_hadar_lets_a_job_span_types_when_no_single_type_fits():
     inst = Instance(job_ids=("big",), gpu_types=("a", "b"), throughput=np.array([[2.0, 1.0]]),
                     scale_factor=np.array([4.0]), weight=np.ones(1), capacity=np.array([2.0, 2.0]),

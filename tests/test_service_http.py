@@ -427,3 +427,19 @@ def test_an_unreachable_server_is_a_service_error_with_status_0():
     with pytest.raises(ServiceError, match="^cannot reach http://127.0.0.1") as err:
         Client(f"http://127.0.0.1:{port}", timeout=5).policies()
     assert err.value.status == 0
+
+
+def test_the_client_refuses_nan_and_an_empty_job_id_as_the_session_does():
+    """NaN in a body raised httpx's ValueError (not JSON), and job("") followed no redirect and returned None;
+    a loop written for the in-process Session expects OptschedErrors. Both are refused before any request."""
+    from optsched.client import Client, NotFoundError, ServiceError
+    from optsched.model import OptschedError
+
+    with Client("http://127.0.0.1:9") as c:  # (nothing listens there: no request is sent)
+        with pytest.raises(ServiceError) as e:
+            c.solve(snapshot(), time_limit=float("nan"))
+        assert e.value.status == 422 and isinstance(e.value, OptschedError) and "finite" in str(e.value)
+        from optsched.client import RemoteSession
+
+        with pytest.raises(NotFoundError):
+            RemoteSession(c, "s1").job("")

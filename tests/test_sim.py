@@ -327,3 +327,11 @@ def test_an_unknown_application_names_its_first_row_and_every_profiled_one(peer_
         simulate(path, "gpu=4")
     assert str(e.value).endswith("row 3: no goodput profile for application 'zzz' (profiled for gpu: bert, cifar10, "
                                  "deepspeech2, imagenet, ncf, yolov3)")
+
+
+def test_an_elastic_job_wider_than_the_cluster_is_named_by_its_width(peer_data, tmp_path):
+    """Under a rigid policy a 12-replica Pollux job on 8 GPUs was said to have 'no throughput on any GPU type'."""
+    path = tmp_path / "w.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\ndeepspeech2-3,262,deepspeech2,12,640\n")
+    with pytest.raises(OptschedError, match=r"can never run: needs 12 GPUs of one type; the cluster has 8 gpu"):
+        simulate(path, "gpu=8", policy="tiresias")

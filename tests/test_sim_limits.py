@@ -172,3 +172,40 @@ def test_the_cli_names_the_flags_the_api_names_the_keywords():
         "allocator_options['queue']: x; cluster 16x4 allocator_options['type_order'], skip_unrunnable drops")
     res = CliRunner().invoke(app, ["simulate", "--round-length", "1e-300", "--quiet"])
     assert res.exit_code == 2 and "error: --round-length: must be >= 0.001 s, got 1e-300" in res.output
+
+
+@pytest.mark.parametrize("rate", [float("nan"), -1.0, float("inf")])
+def test_a_progress_rate_that_is_not_a_rate_is_refused(trace, rate):
+    """NaN and negative rates looped for ever; inf finished every job at once with a numpy warning."""
+    with pytest.raises(OptschedError, match=r"^progress_rate: must return a finite number of steps/s >= 0"):
+        simulate(trace, CLUSTER, progress_rate=lambda job: rate)
+
+
+def test_a_run_whose_jobs_stop_progressing_ends_at_the_round_limit(trace, monkeypatch):
+    """A rate of 0 passes every up-front bound; the loop itself stops at MAX_ROUNDS (lowered here)."""
+    import optsched.sim.loop as loop
+
+    monkeypatch.setattr(loop, "MAX_ROUNDS", 50)
+    with pytest.raises(OptschedError, match=r"^simulate: the run reached the limit of 50 rounds .* stopped progressing"):
+        simulate(trace, CLUSTER, progress_rate=lambda job: 0.0)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"window": (0, "2")}, "window: must be a whole number, got '2'"),
+    ({"window": (0,)}, "window: must be (START, END) job indices"),
+    ({"time_limit": "1"}, "time_limit: must be a number, got '1'"),
+    ({"max_time": -1}, "max_time: must be positive"),
+    ({"max_time": float("nan")}, "max_time: must be a finite number"),
+    ({"seed": 1.5}, "seed: must be a whole number"),
+    ({"recompute_every": 1.5}, "recompute_every: must be a whole number"),
+    ({"policy_options": None}, "policy_options: must be a dict"),
+    ({"policy_options": {"bogus": 1}}, "policy_options: unknown key 'bogus' for policy max_min_fairness"),
+    ({"allocator_options": {"work_conserving": "x"}}, "work_conserving: must be true or false"),
+    ({"cluster": [1]}, "cluster: expected a Cluster"),
+])
+def test_the_python_api_refuses_what_only_python_can_pass(trace, never_solved, kw, message):
+    """Strings, float seeds, None dicts and unknown policy options raised TypeError/IndexError/AttributeError,
+    or ran (max_time=-1: 0 jobs, 'ok')."""
+    with pytest.raises(OptschedError) as e:
+        simulate(trace, kw.pop("cluster", CLUSTER), **kw)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)

@@ -225,3 +225,32 @@ def test_prices_reach_every_run_and_a_cost_policy_without_them_is_refused_up_fro
     assert [c.get("prices") for c in recorded] == [{"v100": 2.48, "k80": 0.45}, {"v100": 2.48}]
     # Without prices a run's configuration (and so its id) is what it was before prices existed.
     assert "prices" not in spec_from_dict({**base, "policies": ["fifo"]}).runs()[0]
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"window": [0, "x"]}, "--set window: must be a whole number, got 'x'"),
+    ({"policy_options": {"bogus": 1}}, "--set policy_options: unknown key 'bogus' for policy tiresias"),
+    ({"policy_options": {"thresholds": [-5, 10]}}, "thresholds: must be positive and increasing"),
+    ({"partitions": 2}, "--set partitions: policy 'tiresias' cannot be partitioned"),
+    ({"max_time": -1}, "--set max_time: must be positive, got -1"),
+])
+def test_every_runs_options_are_checked_before_the_first_run(options, message):
+    """Each of these failed every run with a TypeError (or ran 0 jobs and said ok) after the sweep started."""
+    from optsched.model import OptschedError
+    from optsched.sweep.spec import validate
+
+    spec = spec_from_dict({"trace": "gavel", "policies": ["tiresias"], "trace_options": {"jobs": 4},
+                           "cluster": "v100=4,k80=4", "options": options})
+    with pytest.raises(OptschedError) as e:
+        validate(spec)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("key", ["loads", "seeds", "clusters"])
+def test_a_value_listed_twice_is_refused_not_run_twice(key):
+    from optsched.model import OptschedError
+    from optsched.sweep.spec import validate
+
+    value = {"loads": [1, 1], "seeds": [0, 0], "clusters": ["v100=4", "v100=4"]}[key]
+    with pytest.raises(OptschedError, match="is listed twice"):
+        validate(spec_from_dict({"trace": "gavel", "policies": ["fifo"], "trace_options": {"jobs": 4}, key: value}))

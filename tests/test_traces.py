@@ -193,3 +193,19 @@ def test_a_pollux_batch_size_must_not_be_negative(tmp_path, batch):
     p.write_text(f"name,time,application,num_replicas,batch_size\ncifar10-0,0,cifar10,1,0\ncifar10-1,5,cifar10,1,{batch}\n")
     with pytest.raises(OptschedError, match=r"row 3: batch_size must be >= 0"):
         read_trace(p, format="pollux")
+
+
+def test_a_pollux_workload_converts_to_gavel_with_one_line_not_a_traceback(tmp_path):
+    """A Pollux job has no step count (steps_total inf): int(inf) raised OverflowError in the writer."""
+    src = tmp_path / "p.csv"
+    src.write_text("name,time,application,num_replicas,batch_size\ncifar10-0,0,cifar10,1,128\n")
+    with pytest.raises(OptschedError, match="gavel writer: every job needs total steps; job 'cifar10-0' has no length"):
+        write_trace(read_trace(src), tmp_path / "p.trace", "gavel")
+
+
+def test_a_row_longer_than_the_header_is_named_as_such(tmp_path):
+    """pandas turned the extra leading cells into an index: 'submit_time is not a finite number ('vgg19')'."""
+    p = tmp_path / "t.csv"
+    p.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,1,0,100,vgg19,10,0,5,6\n")
+    with pytest.raises(OptschedError, match=r"row 2: 9 fields where the header has 7$"):
+        read_trace(p)

@@ -63,6 +63,12 @@ def read_csv_checked(path: str | os.PathLike, required: tuple[str, ...], fmt: st
         if fields:  # pandas' tokenizer text, in the trace's terms
             first = f"row {fields[2]}: {fields[3]} fields where the header has {fields[1]}"
         raise OptschedError(f"{where}: {first}") from None
+    if not isinstance(df.index, pd.RangeIndex):  # rows longer than the header: pandas made their first cells an index
+        import csv
+
+        rows_ = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+        line = next(i for i, r in enumerate(rows_[1:], start=2) if len(r) > len(rows_[0]))
+        raise OptschedError(f"{where}: row {line}: {len(rows_[line - 1])} fields where the header has {len(rows_[0])}")
     df.columns = [str(c).strip() for c in df.columns]
     header = ", ".join(repr(c)[:40] for c in df.columns[:12]) + (" ..." if len(df.columns) > 12 else "")
     import csv

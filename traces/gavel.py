@@ -76,6 +76,10 @@ def write_gavel(trace: Trace, path: str | os.PathLike) -> None:
     j = trace.jobs
     if j["steps_total"].isna().any():
         raise OptschedError("gavel writer: every job needs total steps (resolve durations against a throughput table first)")
+    endless = ~np.isfinite(j["steps_total"].to_numpy(dtype=float))
+    if endless.any():  # Pollux/Sia jobs run to an epoch count, not a number of steps
+        raise OptschedError(f"gavel writer: every job needs total steps; job {j['job_id'].iat[int(np.argmax(endless))]!r} "
+                            "has no length (a Pollux/Sia job runs to an epoch count)")
     opener = gzip.open if Path(path).suffix == ".gz" else open  # the reader decompresses .gz
     with opener(path, "wt") as f:
         for r in j.itertuples(index=False):

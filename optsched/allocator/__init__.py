@@ -111,7 +111,9 @@ class Allocator:
         self.seed = int(seed)
         self.round_length = float(round_length)
         self.placement_time_limit = float(placement_time_limit)
-        self.work_conserving = work_conserving
+        from optsched.checks import check_flag
+
+        self.work_conserving = check_flag("work_conserving", work_conserving)
         self.queue = queue
         self.migration_cost = float(migration_cost)
         # Rounds of lag a running unit may fall behind elsewhere before it moves.

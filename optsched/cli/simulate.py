@@ -400,6 +400,9 @@ def compare(
     names = [x.strip() for x in policies.split(",") if x.strip()]
     if not names:
         raise OptschedError("--policies: give at least one policy")
+    dup = [p for p in names if names.count(p) > 1]
+    if dup:  # (one column for both, as sweep refuses it)
+        raise OptschedError(f"--policies: {dup[0]!r} is listed twice")
     cfg = _config(round_length, seed, min_recompute_interval, recompute_every, restart_overhead, admission,
                   load_factor, window, skip_unrunnable, solver, queue, type_order, placement, False, loss_threshold,
                   migration_cost, hysteresis)

@@ -156,7 +156,7 @@ class JobSpec(_Body):
     weight: float = Field(default=1.0, gt=0, le=1e9, description="Priority weight (2 = twice the share).")
     throughput: dict[str, float] = Field(
         description="Steps/s at its scale factor per GPU type; a missing type (or 0) means it cannot run there.")
-    steps_total: float | None = Field(default=None, ge=0, le=1e18,
+    steps_total: float | None = Field(default=None, gt=0, le=1e15,  # (traces' limit; 0 steps is no job)
                                       description="Steps to finish; the session finishes the job when steps_done reaches it.")
     arrival_time: float | None = Field(default=None, ge=0, le=1e12,
                                        description="Session seconds; default: the session clock now.")
@@ -186,7 +186,7 @@ class JobUpdate(_Body):
     model: str | None = Field(default=None, max_length=256)
     weight: float | None = Field(default=None, gt=0, le=1e9)
     throughput: dict[str, float] | None = Field(default=None, description="Steps/s per GPU type (replaces the table).")
-    steps_total: float | None = Field(default=None, ge=0, le=1e18)
+    steps_total: float | None = Field(default=None, gt=0, le=1e15)
     entity: str | None = Field(default=None, max_length=128)
     slo: float | None = Field(default=None, ge=0, le=1e12)
 

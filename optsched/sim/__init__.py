@@ -156,6 +156,7 @@ def simulate_flags(
     except TypeError as e:
         raise OptschedError(f"simulate: {e}") from None
     cfg.validate(bool(elastic.any()))  # the documented limits (optsched.sim.limits); the rounds bound once jobs resolve
+    cfg.check_policy_option_keys()
     check_run(trace, policy, cfg.solver, cfg.packing, throughputs, cfg.allocator_options, cfg.placement)
     if elastic.any():
         cluster = with_servers(cluster)
@@ -255,6 +256,8 @@ def _cluster(cluster, parse_cluster) -> Cluster:
             return Cluster(gpus=cluster)
     except ValidationError as e:
         raise OptschedError(_format_validation_error(e).replace("invalid snapshot: ", "cluster.", 1)) from None
+    if not isinstance(cluster, Cluster):
+        raise OptschedError(f"--cluster: expected a Cluster, {{type: count}} or 'v100=36,k80=36', got {cluster!r}")
     return cluster
 
 

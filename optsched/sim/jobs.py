@@ -175,6 +175,7 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
             types = ", ".join(f"{c} {t}" for t, c in cluster.gpus.items())
             why = (
                 "has no work (0 steps)" if steps[i] <= 0
+                else f"needs {int(sf[i])} GPUs of one type; the cluster has {types}" if sf[i] > cap.max()
                 else f"it has no throughput on any GPU type of the cluster ({types})" if not rated[i]
                 else f"needs {int(sf[i])} GPUs of one type it runs on; the cluster has {types}"
             )
@@ -304,6 +305,8 @@ def _parse_cluster(spec: str | None, servers: str | None) -> Cluster:
                 raise OptschedError(f"--cluster: count {count!r} for {name.strip()!r} is not an integer") from None
             if c <= 0:
                 raise OptschedError(f"--cluster: count for {name.strip()!r} must be positive, got {c}")
+            if name.strip() in gpus:  # (the last count won, silently)
+                raise OptschedError(f"--cluster: {name.strip()} is given twice")
             gpus[name.strip()] = c
     if servers:
         try:
@@ -317,7 +320,7 @@ def _parse_cluster(spec: str | None, servers: str | None) -> Cluster:
             raise OptschedError(f"--servers: {ns:,} x {per:,} GPUs exceed the limit of {MAX_GPUS:,}")
         if len(gpus) > 1:
             raise OptschedError("--servers describes a homogeneous cluster; give at most one type in --cluster")
-        t = next(iter(gpus), "gpu")
+        t = next(iter(gpus), "gpu")  # (--cluster only names the type here: its count is the servers')
         return Cluster(gpus={t: ns * per}, servers=[Server(id=f"{t}-{i}", gpu_type=t, gpus=per) for i in range(ns)])
     if not gpus:
         raise OptschedError("--cluster: empty cluster")

@@ -46,21 +46,24 @@ SIM_FLAGS = {"round_length": "--round-length", "restart_overhead": "--restart-ov
 
 
 # The Python API's names for the flags its messages would name (optsched.simulate).
-_API_NAMES = {"cluster": "cluster", "servers": "cluster", "prices": "cluster prices", "set": "option"}
+_API_NAMES = {"cluster": "cluster", "servers": "cluster", "prices": "cluster prices", "set": "option",
+              "policy-option": "policy_options"}
 _ALLOCATOR_FLAGS = ("queue", "type-order", "migration-cost", "hysteresis")
 
 
-def keyword_names(message: str) -> str:
+def keyword_names(message: str, style=None) -> str:
     """A simulator message with each CLI flag replaced by the Python API's keyword:
     ``--round-length`` → ``round_length``, ``--queue`` → ``allocator_options['queue']``,
-    ``--servers`` → ``cluster``."""
+    ``--servers`` → ``cluster``; ``style(keyword)`` restyles each (a sweep's ``--set round_length``)."""
     import re
 
     def name(m: re.Match) -> str:
         flag = m.group(1)
         if flag in _ALLOCATOR_FLAGS:
-            return f"allocator_options[{flag.replace('-', '_')!r}]"
-        return _API_NAMES.get(flag, flag.replace("-", "_"))
+            key = f"allocator_options[{flag.replace('-', '_')!r}]"
+        else:
+            key = _API_NAMES.get(flag, flag.replace("-", "_"))
+        return style(key) if style is not None else key
 
     return re.sub(r"(?<![\w-])--([a-z][a-z-]*[a-z])", name, message)
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from optsched.model import Cluster, OptschedError
 from optsched.sim.jobs import JobArrays
-from optsched.sim.limits import check_job_rounds, check_sim_options, default_round_length
+from optsched.sim.limits import MAX_ROUNDS, check_job_rounds, check_sim_options, default_round_length
 from optsched.sim.policy_step import ClassSolveCache, compute_allocation
 from optsched.sim.stages import (
     PER_ROUND_POLICIES, ROUND_COLUMNS, ActiveSet, LoopState, SimState, admit, allocate, apply_progress, instance,
@@ -108,6 +108,7 @@ class SimConfig:
         elastic ones, whose rounds are at least 1 s); one-line OptschedError naming the option."""
         if isinstance(self.restart_overhead, str) and self.restart_overhead != "application":
             raise OptschedError(f"--restart-overhead: {self.restart_overhead!r} is not a number of seconds or 'application'")
+        self._check_types()
         check_sim_options(self.__dict__, elastic)
         if self.admission not in ADMISSION:
             raise OptschedError(f"--admission: unknown {self.admission!r} (choose from {', '.join(ADMISSION)})")
@@ -132,6 +133,46 @@ class SimConfig:
             raise OptschedError(f"allocator_options: unknown {unknown[0]!r} "
                                 f"(choose from {', '.join(ALLOCATOR_OPTIONS)})")
         check_queue(self.allocator_options)
+
+    def _check_types(self) -> None:
+        """What the Python API can pass and the CLI cannot: a string, a float seed, None for a dict."""
+        import numbers
+
+        from optsched.checks import check_flag, check_number, is_flag
+
+        for key in ("aggregate", "skip_unrunnable", "packing", "spread_rates"):
+            check_flag(f"--{key.replace('_', '-')}", getattr(self, key))
+        check_number("--time-limit", self.time_limit, 0.0, lo_open=True, unit="s")
+        check_number("--loss-threshold", self.loss_threshold, 0.0, none=True)
+        check_number("--max-time", self.max_time, 0.0, lo_open=True, none=True, unit="s")
+        check_number("--recompute-every", self.recompute_every, 1, whole=True, none=True)
+        if is_flag(self.seed) or not isinstance(self.seed, numbers.Integral):  # (its range: check_sim_options)
+            raise OptschedError(f"--seed: must be a whole number, got {self.seed!r}")
+        check_number("--max-partners", self.max_partners, 1, whole=True)
+        if self.window is not None:
+            w = self.window
+            if isinstance(w, (str, bytes)) or not hasattr(w, "__len__") or len(w) != 2:
+                raise OptschedError(f"--window: must be (START, END) job indices, got {w!r}")
+            for v in w:
+                check_number("--window", v, 0, whole=True)
+        for key in ("policy_options", "allocator_options"):
+            if not isinstance(getattr(self, key), dict):
+                raise OptschedError(f"{key}: must be a dict, got {getattr(self, key)!r}")
+
+    def check_policy_option_keys(self) -> None:
+        """A key ``policy`` does not take (it failed at the first solve with a TypeError); the CLI's
+        --policy-option parser checks its own, for every policy of a comparison."""
+        from optsched.policy import _module, _option_names
+        from optsched.policy_options import accepted_options
+
+        try:
+            takes = _option_names(_module(self.policy)[0])
+        except Exception:  # an unknown policy: check_run names it
+            return
+        for key in self.policy_options:
+            if takes is not None and key not in takes:
+                shown = ", ".join(sorted(accepted_options(self.policy))) or "none"
+                raise OptschedError(f"--policy-option: unknown key {key!r} for policy {self.policy} (it takes: {shown})")
 
     def resolved_round_length(self, elastic: bool) -> float:
         return self.round_length if self.round_length is not None else default_round_length(elastic)
@@ -343,6 +384,10 @@ def simulate_jobs(
                       "live": (run, st)})
         ls.now += duration
         ls.rounds_since += 1
+        if len(rounds) >= MAX_ROUNDS:  # the up-front bound assumes progress; a policy or rate giving none loops
+            raise OptschedError(f"simulate: the run reached the limit of {MAX_ROUNDS:,} rounds at t = {ls.now:,.0f} s "
+                                f"with {len(ls.active):,} job(s) unfinished: they stopped progressing "
+                                "(a policy that leaves them without GPUs, or a progress_rate of 0)")
 
     info = {
         "wall_seconds": _time.perf_counter() - wall0,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from optsched.model import Instance
+from optsched.model import Instance, OptschedError
 from optsched.policy import PER_ROUND_POLICIES  # noqa: F401  (re-decided every round; one list for every executor)
 from optsched.sim.jobs import JobArrays
 
@@ -479,6 +479,11 @@ def simulated_progress(plan: Plan, jobs: JobArrays, st: SimState, round_length: 
                                      float(jobs.steps_total[m])))
             for m, t, c in zip(sm, stype, sn)
         ], dtype=float)
+        bad = ~(np.isfinite(rate) & (rate >= 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise OptschedError(f"progress_rate: must return a finite number of steps/s >= 0, got {float(rate[i])!r} "
+                                f"for job {jobs.job_ids[sm[i]]!r}")
     if speed is not None:
         rate = rate * speed
     remaining = np.maximum(jobs.steps_total[sm] - st.steps_done[sm], 0.0)

@@ -201,9 +201,11 @@ def validate(spec: SweepSpec) -> None:
     for p in spec.policies:
         if p != "auto" and p not in known:
             raise OptschedError(f"--policies: unknown policy {p!r} (choose from auto, {', '.join(known)})")
-    dup = [p for p in spec.policies if spec.policies.count(p) > 1]
-    if dup:
-        raise OptschedError(f"--policies: {dup[0]!r} is listed twice")
+    for flag, values in (("--policies", spec.policies), ("--loads", spec.loads), ("--seeds", spec.seeds),
+                         ("--cluster", spec.clusters)):
+        dup = [v for v in values if values.count(v) > 1]  # (the same run twice: duplicated rows, one folder)
+        if dup:
+            raise OptschedError(f"{flag}: {dup[0]!r} is listed twice")
     for load in spec.loads:
         if not load > 0:
             raise OptschedError(f"--loads: must be positive, got {load:g}")
@@ -251,6 +253,9 @@ def validate(spec: SweepSpec) -> None:
     from optsched.sim.limits import check_sim_options
 
     check_sim_options(spec.options, elastic=bool(elastic_rows(trace).any()), flag=_set_flag)
+    for p in spec.policies:
+        for cand in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto" else [p]):
+            _check_run_options(spec, cand, bool(elastic_rows(trace).any()))
     sim_opts = {k: spec.options[k] for k in ("solver", "packing", "allocator_options", "placement") if k in spec.options}
     from optsched.sim.loop import check_queue
 
@@ -278,6 +283,29 @@ def _check_prices(spec: SweepSpec, trace) -> None:
         if priced and missing:  # (each run would fail in its first round)
             raise OptschedError(f"--prices: {sorted(priced)[0]} needs a price for every GPU type; "
                                 f"{missing[0]!r} of cluster {c or 'default'!r} has none (e.g. --prices v100=2.48,k80=0.45)")
+
+
+def _check_run_options(spec: SweepSpec, policy: str, elastic: bool) -> None:
+    """Every run's simulate options as the runs read them (SimConfig.validate) and its policy options
+    on a toy instance, before the first run: a bad --set value failed each run with a TypeError."""
+    from optsched.policy_options import _dry_run
+    from optsched.sim.limits import keyword_names
+    from optsched.sim.loop import SimConfig
+
+    opts = {k: v for k, v in spec.options.items() if k != "throughputs"}
+    if isinstance(opts.get("window"), list):
+        opts["window"] = tuple(opts["window"])
+    set_name = lambda key: "--set " + key.split("[")[0]  # noqa: E731  (allocator_options['queue'] -> its --set key)
+    try:
+        cfg = SimConfig(policy=policy, seed=spec.seeds[0], **opts)
+        cfg.validate(elastic)
+        cfg.check_policy_option_keys()
+        if opts.get("policy_options"):
+            _dry_run(policy, opts["policy_options"], {k: repr(v) for k, v in opts["policy_options"].items()})
+    except TypeError as e:  # a key SimConfig does not have
+        raise OptschedError(f"--set: {str(e).partition('got ')[2] or e} (see optsched simulate --help)") from None
+    except OptschedError as e:
+        raise OptschedError(keyword_names(str(e), set_name)) from None
 
 
 def _without_flag(msg: str) -> str:
