@@ -53,11 +53,15 @@ def allocate(
     return water_fill(inst, policy, A0, tenant_weights(inst), solver, time_limit, max_rounds, warm_levels)
 
 
-def first_level(inst: Instance, X: np.ndarray, agnostic: bool = False) -> float:
+def first_level(inst: Instance, X: np.ndarray, agnostic: bool = False) -> tuple[float, np.ndarray]:
     """The program's objective (its first water-filling level) for an allocation ``X`` of ``inst``:
-    the least share of a job per unit of its first-round weight. POP merges groups with it, since a
-    group's own level counts only the tenant's jobs inside that group."""
+    the least share of a job per unit of its first-round weight, and the jobs at it (within 1e-5).
+    POP merges groups with it, since a group's own level counts only the tenant's jobs inside it."""
     share = (normalized_throughput(inst, agnostic) * inst.weight[:, None] * X).sum(axis=1)
     w = tenant_weights(inst)(np.zeros(inst.n, dtype=bool))
     live = w > 0
-    return float(np.min(share[live] / w[live])) if live.any() else float("nan")
+    if not live.any():
+        return float("nan"), np.zeros(0, dtype=int)
+    per = np.where(live, share / np.where(live, w, 1.0), np.inf)
+    level = float(per.min())
+    return level, np.flatnonzero(per <= level + 1e-5 * max(abs(level), 1.0))

@@ -210,9 +210,10 @@ def solve_instance(
         raise OptschedError(f"solver: unknown solver {solver!r} (choose from {', '.join(SOLVERS)})") from None
     from optsched.checks import check_number
 
-    check_number("time_limit", time_limit, 0.0, lo_open=True, unit="s")  # (0, -1 and nan ran as "optimal")
+    if time_limit != float("inf"):  # (inf: no limit; 0, -1 and nan ran as "optimal")
+        check_number("time_limit", time_limit, 0.0, lo_open=True, unit="s")
     mod, opts = _module(policy)
-    takes = _option_names(mod)
+    takes = _option_names(getattr(mod, "allocate", None) or mod.build)
     unknown = sorted(k for k in options if takes is not None and k not in takes)
     if unknown:  # (a TypeError from the formulation before)
         raise OptschedError(f"{unknown[0]}: not an option of policy {policy} (it takes: {', '.join(sorted(takes)) or 'none'})")
@@ -224,11 +225,11 @@ def solve_instance(
     return solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, **opts)
 
 
-def _option_names(mod) -> frozenset | None:
+@functools.lru_cache(maxsize=256)  # per function (not module: a test may swap a module's allocate)
+def _option_names(fn) -> frozenset | None:
     """The keywords a policy's entry point takes besides the plumbing (None: it takes any, **kwargs)."""
     import inspect
 
-    fn = getattr(mod, "allocate", None) or mod.build
     params = inspect.signature(fn).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None

@@ -174,13 +174,15 @@ def solve_partitioned(
         X[g] = a.fractions
     objectives = [a.objective for a in parts]
     objective = {"min": min, "max": max, "sum": sum}[family](objectives)
+    at_level = None
     if policy.startswith("max_min_fairness_hierarchical"):  # a group's level counts only its part of each tenant
         from optsched.formulations.hierarchical import first_level
 
-        objective = first_level(inst, X, bool(options.get("agnostic", False)))
+        objective, at_level = first_level(inst, X, bool(options.get("agnostic", False)))
     distinct = sorted({a.status for a in parts})
     status = distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
     explanation = {**_merged_explanation(inst, X, parts, family, objective), "partitions": k,
+                   **({"bottleneck_jobs": [inst.job_ids[m] for m in at_level]} if at_level is not None else {}),
                    "partition_status": [a.status for a in parts],
                    "partition_solve_seconds": [a.solve_seconds for a in parts]}
     if k != partitions:

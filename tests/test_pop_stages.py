@@ -187,5 +187,7 @@ def test_pop_hierarchical_objective_is_in_the_exact_solves_units(k):
     inst = Instance.from_snapshot(snap)
     exact = optsched.solve(snap, "max_min_fairness_hierarchical")
     pop = solve_maybe_partitioned(inst, "max_min_fairness_hierarchical", k, workers=1)
-    assert pop.objective == pytest.approx(first_level(inst, pop.fractions), rel=1e-9)
+    level, jobs = first_level(inst, pop.fractions)
+    assert pop.objective == pytest.approx(level, rel=1e-9)
+    assert pop.explanation["bottleneck_jobs"] == [inst.job_ids[m] for m in jobs] and len(jobs) >= 1
     assert 0.8 * exact.objective <= pop.objective <= exact.objective * (1 + 1e-6)

@@ -209,3 +209,25 @@ def test_the_python_api_refuses_what_only_python_can_pass(trace, never_solved, k
     with pytest.raises(OptschedError) as e:
         simulate(trace, kw.pop("cluster", CLUSTER), **kw)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_run_finishing_on_the_last_allowed_round_is_not_refused(monkeypatch, tmp_path):
+    """The in-loop limit fired after the round that finished the last job (0 jobs unfinished)."""
+    import optsched.sim.loop as loop
+
+    monkeypatch.setattr(loop, "MAX_ROUNDS", 50)
+    path = tmp_path / "one.csv"
+    path.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,1,0,100,vgg19,49.5,30\n")
+    r = simulate(path, "v100=1", round_length=1.0, policy="fifo")
+    assert r.summary["jobs_completed"] == 1 and len(r.rounds) == 50
+
+
+def test_an_infinite_time_limit_means_no_limit():
+    import optsched
+
+    from optsched.cli.solve import example_snapshot_text
+    from optsched.sim.loop import SimConfig
+
+    assert optsched.solve(example_snapshot_text(), time_limit=float("inf")).status == "optimal"
+
+    SimConfig(time_limit=float("inf")).validate()

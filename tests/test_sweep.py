@@ -223,8 +223,12 @@ def test_prices_reach_every_run_and_a_cost_policy_without_them_is_refused_up_fro
     recorded = [json.loads((tmp_path / "o" / "runs" / r["run_id"] / "summary.json").read_text())["config"]
                 for r in spec.runs()]
     assert [c.get("prices") for c in recorded] == [{"v100": 2.48, "k80": 0.45}, {"v100": 2.48}]
-    # Without prices a run's configuration (and so its id) is what it was before prices existed.
+    # Without prices, or with prices its policy does not read, a run's configuration (and so its id) is what
+    # it was before prices existed: adding min_cost and prices to a sweep does not re-run its fifo runs.
     assert "prices" not in spec_from_dict({**base, "policies": ["fifo"]}).runs()[0]
+    assert "prices" not in spec_from_dict({**base, "policies": ["fifo"], "prices": "v100=1"}).runs()[0]
+    again = spec_from_dict({**base, "prices": "k80=0.45, v100=2.480"}).runs()
+    assert [r["run_id"] for r in again] == [r["run_id"] for r in spec.runs()]
 
 
 @pytest.mark.parametrize("options,message", [
@@ -254,3 +258,15 @@ def test_a_value_listed_twice_is_refused_not_run_twice(key):
     value = {"loads": [1, 1], "seeds": [0, 0], "clusters": ["v100=4", "v100=4"]}[key]
     with pytest.raises(OptschedError, match="is listed twice"):
         validate(spec_from_dict({"trace": "gavel", "policies": ["fifo"], "trace_options": {"jobs": 4}, key: value}))
+
+
+def test_a_yaml_sweep_file_or_a_set_value_repeating_a_key_is_refused(tmp_path):
+    from optsched.model import OptschedError
+
+    y = tmp_path / "s.yaml"
+    y.write_text("trace: gavel\npolicies: [max_min_fairness]\nloads: [5]\npolicies: [fifo]\n")
+    with pytest.raises(OptschedError, match=r"s\.yaml: line 4: key 'policies' appears twice"):
+        read_spec_file(y)
+    r = CliRunner().invoke(app, ["sweep", "gavel", "--policies", "fifo", "--out", str(tmp_path / "o"),
+                                 "--set", 'allocator_options={"queue": "gavel", "queue": "bogus"}'])
+    assert r.exit_code == 2 and "--set allocator_options: key 'queue' appears twice" in r.output

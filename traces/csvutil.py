@@ -48,6 +48,19 @@ def read_text(path: str | os.PathLike, where: str) -> str:
     return text
 
 
+def _long_row(text: str, header: int) -> str:
+    """'row L: F fields where the header has H' for the first record longer than the header (L: its file line)."""
+    import csv
+
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    records = ((reader.line_num, r) for r in reader if r)  # (pandas skips blank lines too)
+    head = next(records, None)
+    for line, r in records:
+        if head is not None and len(r) > len(head[1]):
+            return f"row {line}: {len(r)} fields where the header has {len(head[1])}"
+    return f"a row has more fields than the header's {header}"
+
+
 def read_csv_checked(path: str | os.PathLike, required: tuple[str, ...], fmt: str) -> tuple[pd.DataFrame, list[int], str]:
     """All cells as strings; rows[i] is the file line of record i (header = line 1)."""
     p = Path(path)
@@ -64,11 +77,7 @@ def read_csv_checked(path: str | os.PathLike, required: tuple[str, ...], fmt: st
             first = f"row {fields[2]}: {fields[3]} fields where the header has {fields[1]}"
         raise OptschedError(f"{where}: {first}") from None
     if not isinstance(df.index, pd.RangeIndex):  # rows longer than the header: pandas made their first cells an index
-        import csv
-
-        rows_ = list(csv.reader(io.StringIO(text), skipinitialspace=True))
-        line = next(i for i, r in enumerate(rows_[1:], start=2) if len(r) > len(rows_[0]))
-        raise OptschedError(f"{where}: row {line}: {len(rows_[line - 1])} fields where the header has {len(rows_[0])}")
+        raise OptschedError(f"{where}: {_long_row(text, len(df.columns))}")
     df.columns = [str(c).strip() for c in df.columns]
     header = ", ".join(repr(c)[:40] for c in df.columns[:12]) + (" ..." if len(df.columns) > 12 else "")
     import csv

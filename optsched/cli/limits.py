@@ -89,8 +89,10 @@ def check_sweep(d: dict) -> None:
     number("--auto-horizon", _num_or_none(auto.get("horizon")), 0.0, MAX_SECONDS, unit="s")
     options = d.get("options")
     if isinstance(options, dict):
+        from optsched.sweep.spec import _set_flag
+
         check_sim_options({k: _num_or_none(v) if k != "allocator_options" else v for k, v in options.items()},
-                          flag=lambda k: f"--set {k}")
+                          flag=_set_flag)
 
 
 def _num_or_none(v):

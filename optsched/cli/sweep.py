@@ -18,9 +18,7 @@ def _split(value: Optional[str]) -> Optional[list[str]]:
 
 def _parse_options(items: list[str]) -> dict:
     """``--set round_length=60 --set admission=load``: values parsed as JSON when they can be."""
-    import json
-
-    from optsched.model import OptschedError
+    from optsched.model import DuplicateKeyError, OptschedError, loads_unique
 
     out = {}
     for item in items:
@@ -28,7 +26,9 @@ def _parse_options(items: list[str]) -> dict:
             raise OptschedError(f"--set: expected KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         try:
-            out[k.strip()] = json.loads(v)
+            out[k.strip()] = loads_unique(v)
+        except DuplicateKeyError as e:
+            raise OptschedError(f"--set {k.strip()}: {e}") from None
         except ValueError:
             out[k.strip()] = v
     return out

@@ -142,7 +142,8 @@ class SimConfig:
 
         for key in ("aggregate", "skip_unrunnable", "packing", "spread_rates"):
             check_flag(f"--{key.replace('_', '-')}", getattr(self, key))
-        check_number("--time-limit", self.time_limit, 0.0, lo_open=True, unit="s")
+        if self.time_limit != float("inf"):  # (inf: no limit)
+            check_number("--time-limit", self.time_limit, 0.0, lo_open=True, unit="s")
         check_number("--loss-threshold", self.loss_threshold, 0.0, none=True)
         check_number("--max-time", self.max_time, 0.0, lo_open=True, none=True, unit="s")
         check_number("--recompute-every", self.recompute_every, 1, whole=True, none=True)
@@ -166,7 +167,8 @@ class SimConfig:
         from optsched.policy_options import accepted_options
 
         try:
-            takes = _option_names(_module(self.policy)[0])
+            mod = _module(self.policy)[0]
+            takes = _option_names(getattr(mod, "allocate", None) or mod.build)
         except Exception:  # an unknown policy: check_run names it
             return
         for key in self.policy_options:
@@ -342,6 +344,10 @@ def simulate_jobs(
         if not ls.active:
             ls.now = max(ls.now, float(jobs.arrival[ls.next_arrival]))  # skip the idle stretch
             continue
+        if len(rounds) >= MAX_ROUNDS:  # the up-front bound assumes progress; a policy or rate giving none loops
+            raise OptschedError(f"simulate: the run reached the limit of {MAX_ROUNDS:,} rounds at t = {ls.now:,.0f} s "
+                                f"with {len(ls.active):,} job(s) unfinished: they stopped progressing "
+                                "(a policy that leaves them without GPUs, or a progress_rate of 0)")
         if ls.view is None:
             ls.view = ActiveSet.of(jobs, ls.active, config.packing, config.max_partners)
 
@@ -384,10 +390,6 @@ def simulate_jobs(
                       "live": (run, st)})
         ls.now += duration
         ls.rounds_since += 1
-        if len(rounds) >= MAX_ROUNDS:  # the up-front bound assumes progress; a policy or rate giving none loops
-            raise OptschedError(f"simulate: the run reached the limit of {MAX_ROUNDS:,} rounds at t = {ls.now:,.0f} s "
-                                f"with {len(ls.active):,} job(s) unfinished: they stopped progressing "
-                                "(a policy that leaves them without GPUs, or a progress_rate of 0)")
 
     info = {
         "wall_seconds": _time.perf_counter() - wall0,

@@ -76,10 +76,11 @@ class SweepSpec:
                     for seed in self.seeds:
                         cfg = {"trace": trace, "trace_options": dict(self.trace_options), "cluster": cluster,
                                "policy": policy, "load": float(load), "seed": int(seed), "options": dict(self.options)}
-                        if self.prices:  # (only when given: older sweeps' run ids stay as they were)
-                            cfg["prices"] = self.prices
                         if policy == "auto":
                             cfg["auto"] = auto_config(self.auto, self.policies)
+                        if self.prices and PRICED & set(cfg["auto"]["candidates"] if policy == "auto" else [policy]):
+                            # (only where a policy reads them, in one spelling: other runs keep their ids)
+                            cfg["prices"] = _normal_prices(self.prices)
                         cfg["run_id"] = run_id(cfg)
                         out.append(cfg)
         return out
@@ -149,6 +150,21 @@ def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
     return spec
 
 
+PRICED = {"min_cost", "min_cost_slo"}  # the policies that read GPU prices
+
+
+def _normal_prices(prices: str) -> str:
+    """One spelling of a price list (types sorted, numbers as floats), so a reordered list is the same run."""
+    parts = {}
+    for part in prices.split(","):
+        name, _, value = part.partition("=")
+        try:
+            parts[name.strip()] = repr(float(value))
+        except ValueError:
+            parts[name.strip()] = value.strip()  # (validate names it)
+    return ",".join(f"{k}={parts[k]}" for k in sorted(parts))
+
+
 def _prices(value) -> str | None:
     """``v100=2.48,k80=0.45``, or a sweep file's table ``{v100 = 2.48, k80 = 0.45}``."""
     if value is None or value == "":
@@ -158,6 +174,26 @@ def _prices(value) -> str | None:
     if not isinstance(value, str):
         raise OptschedError(f"--prices: expected TYPE=$/GPU-hour pairs (e.g. v100=2.48,k80=0.45), got {value!r}")
     return value.strip()
+
+
+def _yaml_unique(text: str):
+    """yaml.safe_load, refusing a mapping that repeats a key (PyYAML keeps the last, as JSON readers do)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DuplicateKeyError(f"line {key_node.start_mark.line + 1}: key {key!r} appears twice in one mapping")
+            seen.add(key)
+        return loader.construct_mapping(node, deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=Loader)  # noqa: S506  (a SafeLoader subclass)
 
 
 def read_spec_file(path: str | os.PathLike) -> dict:
@@ -171,9 +207,10 @@ def read_spec_file(path: str | os.PathLike) -> dict:
 
             return tomllib.loads(text)
         if p.suffix in (".yaml", ".yml"):
-            import yaml
-
-            d = yaml.safe_load(text)
+            try:
+                d = _yaml_unique(text)
+            except DuplicateKeyError as e:
+                raise OptschedError(f"sweep file {p}: {e}") from None
             if not isinstance(d, dict):
                 raise OptschedError(f"sweep file {p}: expected a mapping at the top level")
             return d
@@ -260,10 +297,16 @@ def validate(spec: SweepSpec) -> None:
     from optsched.sim.loop import check_queue
 
     check_queue(sim_opts.get("allocator_options"))
+    from optsched.sim.limits import keyword_names
+
     for p in spec.policies:
         for cand in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto" else [p]):
-            check_run(trace, cand, sim_opts.get("solver", "auto"), sim_opts.get("packing", False), table,
-                      sim_opts.get("allocator_options"), sim_opts.get("placement", "consolidated"))
+            try:
+                check_run(trace, cand, sim_opts.get("solver", "auto"), sim_opts.get("packing", False), table,
+                          sim_opts.get("allocator_options"), sim_opts.get("placement", "consolidated"))
+            except OptschedError as e:  # (simulate's flags, as this sweep's --set keys; --policy stays --policies)
+                msg = str(e).replace("--policy:", "--policies:")
+                raise OptschedError(msg if msg.startswith("--policies") else keyword_names(msg, _run_set_name)) from None
     check_sweep_rounds(spec, trace, table)
 
 
@@ -273,7 +316,7 @@ def _check_prices(spec: SweepSpec, trace) -> None:
     from optsched.sweep.traces import build_cluster, cluster_types
 
     priced = {p for p in spec.policies for p in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto"
-                                               else [p])} & {"min_cost", "min_cost_slo"}
+                                               else [p])} & PRICED
     types = {c: cluster_types(c, trace) for c in spec.clusters}
     if spec.prices:  # names a type that no cluster has (a typo is not dropped as "not in this cluster")
         parse_cluster(",".join(f"{t}=1" for t in sorted(set().union(*types.values()))), prices=spec.prices)
@@ -295,7 +338,6 @@ def _check_run_options(spec: SweepSpec, policy: str, elastic: bool) -> None:
     opts = {k: v for k, v in spec.options.items() if k != "throughputs"}
     if isinstance(opts.get("window"), list):
         opts["window"] = tuple(opts["window"])
-    set_name = lambda key: "--set " + key.split("[")[0]  # noqa: E731  (allocator_options['queue'] -> its --set key)
     try:
         cfg = SimConfig(policy=policy, seed=spec.seeds[0], **opts)
         cfg.validate(elastic)
@@ -305,7 +347,12 @@ def _check_run_options(spec: SweepSpec, policy: str, elastic: bool) -> None:
     except TypeError as e:  # a key SimConfig does not have
         raise OptschedError(f"--set: {str(e).partition('got ')[2] or e} (see optsched simulate --help)") from None
     except OptschedError as e:
-        raise OptschedError(keyword_names(str(e), set_name)) from None
+        raise OptschedError(keyword_names(str(e), _run_set_name)) from None
+
+
+def _run_set_name(key: str) -> str:
+    """A simulate keyword as this sweep's option: --set KEY (allocator_options['queue'] stays whole)."""
+    return key if key in ("cluster", "cluster prices") else f"--set {key}"
 
 
 def _without_flag(msg: str) -> str:
@@ -315,6 +362,8 @@ def _without_flag(msg: str) -> str:
 
 
 def _set_flag(key: str) -> str:
+    if key in ("migration_cost", "hysteresis"):  # (allocator options: set inside --set allocator_options={...})
+        return f"--set allocator_options['{key}']"
     return f"--set {key}"
 
 
