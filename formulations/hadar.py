@@ -36,7 +36,7 @@ def build(inst: Instance, relax: bool = False):
 
     n, k = inst.n, inst.k
     T = inst.throughput
-    best = T.max(axis=1)
+    best = best_speed(inst)
     s = inst.scale_factor
     usable = (T > 0).astype(float)
     x = cp.Variable((n, k), integer=not relax, name="x")
@@ -55,6 +55,13 @@ def build(inst: Instance, relax: bool = False):
     ]
     objective = cp.Maximize(inst.weight @ z)
     return cp.Problem(objective, cons), x, a, z
+
+
+def best_speed(inst: Instance) -> np.ndarray:
+    """T*_m, each job's best single-type steps/s; 1 for a job that runs nowhere (it gets no GPUs,
+    and 0/0 made the whole program NaN)."""
+    best = inst.throughput.max(axis=1)
+    return np.where(best > 0, best, 1.0)
 
 
 def greedy(inst: Instance, order: np.ndarray) -> np.ndarray:
@@ -102,7 +109,7 @@ def allocate(inst: Instance, policy: str = "hadar", solver: str = "highs", time_
         X = greedy(inst, np.argsort(-key, kind="stable"))
         status = f"fallback: {msg} (LP relaxation + greedy rounding)"
     thr = speed(inst, X)
-    best = inst.throughput.max(axis=1)
+    best = best_speed(inst)
     objective = float((inst.weight * thr / best).sum())
     return Allocation.of(
         inst, policy, (X > 0).astype(float), status, objective, time.perf_counter() - t0, thr,

@@ -213,16 +213,32 @@ def solve_instance(
     if time_limit != float("inf"):  # (inf: no limit; 0, -1 and nan ran as "optimal")
         check_number("time_limit", time_limit, 0.0, lo_open=True, unit="s")
     mod, opts = _module(policy)
-    takes = _option_names(getattr(mod, "allocate", None) or mod.build)
-    unknown = sorted(k for k in options if takes is not None and k not in takes)
+    unknown = unknown_options(policy, options)
     if unknown:  # (a TypeError from the formulation before)
-        raise OptschedError(f"{unknown[0]}: not an option of policy {policy} (it takes: {', '.join(sorted(takes)) or 'none'})")
+        takes = ", ".join(sorted(_option_names(entry_point(mod)))) or "none"
+        raise OptschedError(f"{unknown[0]}: not an option of policy {policy} (it takes: {takes})")
     opts.update(options)
     if hasattr(mod, "allocate"):
         if inst.n == 0:
             return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
         return finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
     return solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, **opts)
+
+
+PLUMBING = frozenset({"inst", "policy", "solver", "time_limit"})  # what solve_instance passes itself
+
+
+def entry_point(mod):
+    """The function ``solve_instance`` calls: ``allocate`` when the module has one (hadar's
+    ``build`` is its program, whose ``relax`` is no option of the policy), else ``build``."""
+    return getattr(mod, "allocate", None) or mod.build
+
+
+def unknown_options(policy: str, options) -> list[str]:
+    """The keys of ``options`` that ``policy``'s entry point does not take, sorted (none when it
+    takes any keyword)."""
+    takes = _option_names(entry_point(_module(policy)[0]))
+    return [] if takes is None else sorted(k for k in options if k not in takes)
 
 
 @functools.lru_cache(maxsize=256)  # per function (not module: a test may swap a module's allocate)
@@ -233,7 +249,7 @@ def _option_names(fn) -> frozenset | None:
     params = inspect.signature(fn).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
-    return frozenset(p.name for p in params if p.name not in ("inst", "policy", "solver", "time_limit"))
+    return frozenset(p.name for p in params if p.name not in PLUMBING)
 
 
 def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:

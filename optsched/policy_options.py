@@ -43,7 +43,6 @@ import math
 
 from optsched.model import OptschedError
 
-PLUMBING = frozenset({"inst", "policy", "solver", "time_limit"})
 API_ONLY = frozenset({"predictor", "explain", "packing", "weights"})
 PATHS = frozenset({"prior"})  # a file (tiresias_gittins's GPU-time prior CSV)
 FLAG = "--policy-option"
@@ -51,10 +50,10 @@ FLAG = "--policy-option"
 
 def accepted_options(policy: str) -> dict[str, object]:
     """{key: default} a policy takes from the command line."""
-    from optsched.policy import _module
+    from optsched.policy import PLUMBING, _module, entry_point
 
     mod, fixed = _module(policy)
-    fn = _entry(mod)
+    fn = entry_point(mod)
     only = getattr(mod, "OPTIONS_ONLY_FOR", {})  # {key: (fixed option, values it applies under)}
     out = {}
     for p in inspect.signature(fn).parameters.values():
@@ -66,19 +65,13 @@ def accepted_options(policy: str) -> dict[str, object]:
     return out
 
 
-def _entry(mod):
-    """The function ``optsched.policy.solve_instance`` calls: ``allocate`` when the module has one
-    (hadar's ``build`` is its program, whose ``relax`` is no option of the policy)."""
-    return getattr(mod, "allocate", None) or getattr(mod, "build")
-
-
 def _declared(policy: str) -> dict[str, str]:
     """{key: annotation text} of the policy's parameters (``"bool | None"``)."""
-    from optsched.policy import _module
+    from optsched.policy import _module, entry_point
 
     mod, _ = _module(policy)
     return {p.name: p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-            for p in inspect.signature(_entry(mod)).parameters.values()}
+            for p in inspect.signature(entry_point(mod)).parameters.values()}
 
 
 def _stand_in(default, annotation: str):

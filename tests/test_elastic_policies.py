@@ -246,3 +246,14 @@ def test_restart_penalty_keeps_the_current_configuration_of_a_young_job():
     stay = solve_instance(inst, "sia", solver="highs")
     free = solve_instance(inst, "sia", solver="highs", restart_penalty=False)
     assert stay.gpu_counts.sum() <= free.gpu_counts.sum()
+
+
+def test_hadar_with_a_job_that_runs_nowhere_solves_the_others():
+    """A throughput row of zeros made T / T* (and the objective) NaN: the whole round fell back."""
+    inst = Instance(job_ids=("a", "b"), gpu_types=("x", "y"), throughput=np.array([[1.0, 2.0], [0.0, 0.0]]),
+                    scale_factor=np.ones(2), weight=np.ones(2), capacity=np.array([1.0, 1.0]),
+                    steps_remaining=np.full(2, 1e4), elapsed_time=np.zeros(2), attained_service=np.zeros(2),
+                    arrival_time=np.zeros(2))
+    alloc = solve_instance(inst, "hadar", solver="highs")
+    assert alloc.status == "optimal" and alloc.objective == pytest.approx(1.0)
+    assert alloc.gpu_counts.tolist() == [[0, 1], [0, 0]]

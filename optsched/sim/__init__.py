@@ -162,14 +162,13 @@ def simulate_flags(
         cluster = with_servers(cluster)
         if apps is None:
             from optsched.sim.goodput_jobs import applications_for, available_applications
+            from optsched.sim.jobs import check_applications
 
             apps = applications_for(cluster, trace.jobs["model"][elastic])
-            unknown = elastic & ~trace.jobs["model"].astype(str).isin(list(apps)).to_numpy()
-            if unknown.any():  # (the peers' whole list, not only the trace's profiled ones)
-                row = trace.jobs["row"].iat[int(np.argmax(unknown))] if "row" in trace.jobs else int(np.argmax(unknown)) + 1
-                raise OptschedError(f"{trace.format} trace {trace.source}: row {row}: no goodput profile for application "
-                                    f"{trace.jobs['model'].iat[int(np.argmax(unknown))]!r} (profiled for "
-                                    f"{', '.join(sorted(cluster.gpus))}: {', '.join(available_applications(cluster))})")
+            if len(apps) < len(set(trace.jobs["model"][elastic])):  # named with the peers' whole list
+                check_applications(trace.jobs, elastic, apps, f"{trace.format} trace {trace.source}",
+                                   f"profiled for {', '.join(sorted(cluster.gpus))}: "
+                                   f"{', '.join(available_applications(cluster))}")
     from optsched.policy import GOODPUT_POLICIES
 
     pair_table = (throughputs or default_throughputs()) if cfg.packing else None
@@ -223,7 +222,6 @@ def simulate_flags(
     return SimResult(jdf, rdf, summary, config_out)
 
 
-
 def simulate(*args, **kwargs) -> SimResult:
     """Simulate ``trace`` (a Trace, a path, or None for the built-in default) on
     ``cluster`` (a Cluster, ``{"v100": 36, ...}``, ``"v100=36,p100=36,k80=36"``;
@@ -241,6 +239,7 @@ def simulate(*args, **kwargs) -> SimResult:
 
 
 simulate.__signature__ = inspect.signature(simulate_flags)  # help() shows the keywords
+
 
 def _cluster(cluster, parse_cluster) -> Cluster:
     """A Cluster from simulate's ``cluster`` argument; a size over the documented limits is a one-line

@@ -81,6 +81,17 @@ def _check_rates(rate: np.ndarray, rows: np.ndarray, where: str) -> None:
                             f"{MIN_THROUGHPUT:g} to {MAX_THROUGHPUT:g} steps/s")
 
 
+def check_applications(jobs, elastic: np.ndarray, known, where: str, listed: str) -> None:
+    """The first elastic row whose application is not in ``known``: one line naming the row, the
+    application and ``listed`` (the applications there are)."""
+    names = jobs["model"].to_numpy(dtype=object)
+    unknown = elastic & ~np.isin(names.astype(str), list(known))
+    if unknown.any():
+        i = int(np.argmax(unknown))
+        raise OptschedError(f"{where}: row {jobs['row'].iat[i]}: no goodput profile for application {names[i]!r} "
+                            f"({listed})")
+
+
 def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunnable: bool = False,
                  apps: dict | None = None, co_adapt: bool = False, pair_table=None,
                  spread_rates: bool = False) -> JobArrays:
@@ -147,12 +158,8 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
 
         if apps is None:
             raise OptschedError(f"{where}: elastic jobs need application profiles (apps=...)")
+        check_applications(j, elastic, apps, where, f"profiled: {', '.join(sorted(apps)) or 'none'}")
         names = j["model"].to_numpy(dtype=object)
-        unknown = elastic & ~np.isin(names.astype(str), list(apps))
-        if unknown.any():
-            i = int(np.argmax(unknown))  # the first row that names one
-            raise OptschedError(f"{where}: row {j['row'].iat[i]}: no goodput profile for application {names[i]!r} "
-                                f"(profiled: {', '.join(sorted(apps)) or 'none'})")
         if "batch_size" not in j:
             raise OptschedError(f"{where}: elastic jobs need a batch_size column")
         batch[elastic] = j["batch_size"].to_numpy(dtype=float)[elastic]
@@ -268,12 +275,13 @@ def parse_cluster(spec: str | None = None, servers: str | None = None, prices: s
     homogeneous; the type is the single --cluster type, else ``gpu``); ``prices``:
     ``v100=2.48,k80=0.45`` $/GPU-hour (the cost-aware policies need one per type)."""
     cluster = _parse_cluster(spec, servers)
-    if not prices:
-        return cluster
-    from optsched.model import check_prices
+    return with_prices(cluster, parse_prices(prices)) if prices else cluster
 
+
+def parse_prices(text: str) -> dict[str, float]:
+    """``v100=2.48,k80=0.45`` as {type: $/GPU-hour}; one line naming --prices when it is not that."""
     price: dict[str, float] = {}
-    for part in prices.split(","):
+    for part in text.split(","):
         name, eq, value = part.partition("=")
         try:
             v = float(value)
@@ -284,6 +292,13 @@ def parse_cluster(spec: str | None = None, servers: str | None = None, prices: s
         if name.strip() in price:
             raise OptschedError(f"--prices: {name.strip()} is given twice")
         price[name.strip()] = v
+    return price
+
+
+def with_prices(cluster: Cluster, price: dict[str, float]) -> Cluster:
+    """``cluster`` priced by ``price`` (its types only; each 0 or in the model's range)."""
+    from optsched.model import check_prices
+
     bad = check_prices(price, set(cluster.gpus))
     if bad:
         raise OptschedError(f"--prices{bad[0]}: {bad[1]}")

@@ -163,18 +163,16 @@ class SimConfig:
     def check_policy_option_keys(self) -> None:
         """A key ``policy`` does not take (it failed at the first solve with a TypeError); the CLI's
         --policy-option parser checks its own, for every policy of a comparison."""
-        from optsched.policy import _module, _option_names
+        from optsched.policy import unknown_options
         from optsched.policy_options import accepted_options
 
         try:
-            mod = _module(self.policy)[0]
-            takes = _option_names(getattr(mod, "allocate", None) or mod.build)
-        except Exception:  # an unknown policy: check_run names it
+            unknown = unknown_options(self.policy, self.policy_options)
+        except OptschedError:  # an unknown policy: check_run names it
             return
-        for key in self.policy_options:
-            if takes is not None and key not in takes:
-                shown = ", ".join(sorted(accepted_options(self.policy))) or "none"
-                raise OptschedError(f"--policy-option: unknown key {key!r} for policy {self.policy} (it takes: {shown})")
+        if unknown:
+            shown = ", ".join(sorted(accepted_options(self.policy))) or "none"
+            raise OptschedError(f"--policy-option: unknown key {unknown[0]!r} for policy {self.policy} (it takes: {shown})")
 
     def resolved_round_length(self, elastic: bool) -> float:
         return self.round_length if self.round_length is not None else default_round_length(elastic)

@@ -155,14 +155,9 @@ PRICED = {"min_cost", "min_cost_slo"}  # the policies that read GPU prices
 
 def _normal_prices(prices: str) -> str:
     """One spelling of a price list (types sorted, numbers as floats), so a reordered list is the same run."""
-    parts = {}
-    for part in prices.split(","):
-        name, _, value = part.partition("=")
-        try:
-            parts[name.strip()] = repr(float(value))
-        except ValueError:
-            parts[name.strip()] = value.strip()  # (validate names it)
-    return ",".join(f"{k}={parts[k]}" for k in sorted(parts))
+    from optsched.sim.jobs import parse_prices
+
+    return ",".join(f"{t}={v!r}" for t, v in sorted(parse_prices(prices).items()))
 
 
 def _prices(value) -> str | None:
@@ -280,33 +275,15 @@ def validate(spec: SweepSpec) -> None:
             build_cluster(c)  # a shape 16x4 too, as the runs read it
         except OptschedError as e:
             raise OptschedError(f"--cluster {c!r}: {_without_flag(str(e))}") from None
-    # Build the first trace and check every policy's options against it (optsched.sim.check_run).
-    from optsched.sim import check_run
-
+    # Build the first trace and check every run's options against it, as the runs will read them.
     trace = build_trace(spec.trace, spec.trace_options, spec.loads[0], spec.seeds[0])
     _check_prices(spec, trace)
     table = throughput_table(spec.trace_options, spec.options)
     from optsched.sim.jobs import elastic_rows
-    from optsched.sim.limits import check_sim_options
 
-    check_sim_options(spec.options, elastic=bool(elastic_rows(trace).any()), flag=_set_flag)
-    for p in spec.policies:
-        for cand in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto" else [p]):
-            _check_run_options(spec, cand, bool(elastic_rows(trace).any()))
-    sim_opts = {k: spec.options[k] for k in ("solver", "packing", "allocator_options", "placement") if k in spec.options}
-    from optsched.sim.loop import check_queue
-
-    check_queue(sim_opts.get("allocator_options"))
-    from optsched.sim.limits import keyword_names
-
-    for p in spec.policies:
-        for cand in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto" else [p]):
-            try:
-                check_run(trace, cand, sim_opts.get("solver", "auto"), sim_opts.get("packing", False), table,
-                          sim_opts.get("allocator_options"), sim_opts.get("placement", "consolidated"))
-            except OptschedError as e:  # (simulate's flags, as this sweep's --set keys; --policy stays --policies)
-                msg = str(e).replace("--policy:", "--policies:")
-                raise OptschedError(msg if msg.startswith("--policies") else keyword_names(msg, _run_set_name)) from None
+    elastic = bool(elastic_rows(trace).any())
+    for policy in _run_policies(spec):
+        _check_run_options(spec, policy, trace, table, elastic)
     check_sweep_rounds(spec, trace, table)
 
 
@@ -315,8 +292,7 @@ def _check_prices(spec: SweepSpec, trace) -> None:
     from optsched.sim.jobs import parse_cluster
     from optsched.sweep.traces import build_cluster, cluster_types
 
-    priced = {p for p in spec.policies for p in (auto_config(spec.auto, spec.policies)["candidates"] if p == "auto"
-                                               else [p])} & PRICED
+    priced = set(_run_policies(spec)) & PRICED
     types = {c: cluster_types(c, trace) for c in spec.clusters}
     if spec.prices:  # names a type that no cluster has (a typo is not dropped as "not in this cluster")
         parse_cluster(",".join(f"{t}=1" for t in sorted(set().union(*types.values()))), prices=spec.prices)
@@ -328,10 +304,12 @@ def _check_prices(spec: SweepSpec, trace) -> None:
                                 f"{missing[0]!r} of cluster {c or 'default'!r} has none (e.g. --prices v100=2.48,k80=0.45)")
 
 
-def _check_run_options(spec: SweepSpec, policy: str, elastic: bool) -> None:
-    """Every run's simulate options as the runs read them (SimConfig.validate) and its policy options
-    on a toy instance, before the first run: a bad --set value failed each run with a TypeError."""
+def _check_run_options(spec: SweepSpec, policy: str, trace, table, elastic: bool) -> None:
+    """A run's simulate options as the runs read them (SimConfig.validate, check_run) and its policy
+    options on a toy instance, before the first run: a bad --set value failed each run with a TypeError.
+    Messages name this sweep's --set keys (and --policies), not simulate's flags."""
     from optsched.policy_options import _dry_run
+    from optsched.sim import check_run
     from optsched.sim.limits import keyword_names
     from optsched.sim.loop import SimConfig
 
@@ -339,15 +317,22 @@ def _check_run_options(spec: SweepSpec, policy: str, elastic: bool) -> None:
     if isinstance(opts.get("window"), list):
         opts["window"] = tuple(opts["window"])
     try:
-        cfg = SimConfig(policy=policy, seed=spec.seeds[0], **opts)
+        cfg = SimConfig(policy=policy, seed=spec.seeds[0], **opts)  # (validate refused keys it does not have)
         cfg.validate(elastic)
         cfg.check_policy_option_keys()
-        if opts.get("policy_options"):
-            _dry_run(policy, opts["policy_options"], {k: repr(v) for k, v in opts["policy_options"].items()})
-    except TypeError as e:  # a key SimConfig does not have
-        raise OptschedError(f"--set: {str(e).partition('got ')[2] or e} (see optsched simulate --help)") from None
+        if cfg.policy_options:
+            _dry_run(policy, cfg.policy_options, {k: repr(v) for k, v in cfg.policy_options.items()})
+        check_run(trace, policy, cfg.solver, cfg.packing, table, cfg.allocator_options, cfg.placement)
     except OptschedError as e:
-        raise OptschedError(keyword_names(str(e), _run_set_name)) from None
+        msg = str(e)
+        raise OptschedError("--policies" + msg[len("--policy"):] if msg.startswith("--policy:")
+                            else keyword_names(msg, _run_set_name)) from None
+
+
+def _run_policies(spec: SweepSpec) -> list[str]:
+    """Every policy some run solves: the sweep's, with auto's candidates in place of auto."""
+    cands = auto_config(spec.auto, spec.policies)["candidates"]
+    return list(dict.fromkeys(q for p in spec.policies for q in (cands if p == "auto" else [p])))
 
 
 def _run_set_name(key: str) -> str:
@@ -362,9 +347,8 @@ def _without_flag(msg: str) -> str:
 
 
 def _set_flag(key: str) -> str:
-    if key in ("migration_cost", "hysteresis"):  # (allocator options: set inside --set allocator_options={...})
-        return f"--set allocator_options['{key}']"
-    return f"--set {key}"
+    """check_sim_options' name for a keyword (allocator options sit inside --set allocator_options={...})."""
+    return _run_set_name(f"allocator_options['{key}']" if key in ("migration_cost", "hysteresis") else key)
 
 
 def check_sweep_rounds(spec: SweepSpec, trace=None, table=None) -> None:

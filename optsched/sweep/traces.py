@@ -142,16 +142,13 @@ def build_cluster(cluster: str | None, prices: str | None = None, trace=None):
     """A run's cluster: ``v100=8,p100=8`` or a shape ``16x4`` (None: the simulator's
     default for ``trace``). ``prices`` (``v100=2.48,k80=0.45``, the sweep's ``--prices``)
     are applied for the types this cluster has, so one price list serves every shape."""
-    from optsched.sim.jobs import parse_cluster
+    from optsched.sim.jobs import parse_cluster, parse_prices, with_prices
 
     if cluster is None and not prices:
         return None
-    spec, servers = _cluster_args(cluster, trace)
-    built = parse_cluster(spec, servers)
-    if not prices:
-        return built
-    mine = ",".join(part for part in prices.split(",") if part.partition("=")[0].strip() in built.gpus)
-    return parse_cluster(spec, servers, prices=mine) if mine else built
+    built = parse_cluster(*_cluster_args(cluster, trace))
+    mine = {t: v for t, v in parse_prices(prices).items() if t in built.gpus} if prices else {}
+    return with_prices(built, mine) if mine else built
 
 
 def cluster_types(cluster: str | None, trace) -> tuple[str, ...]:
