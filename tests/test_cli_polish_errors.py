@@ -99,7 +99,7 @@ def test_a_trace_cell_is_named_by_its_column(tmp_path, fmt, header, row, column)
 def test_a_gavel_cell_is_named_by_its_field(tmp_path):
     path = tmp_path / "t.trace"
     path.write_text("ResNet-18 (batch size 256)\tcmd\t.\t--n\t1\t100\t1\t0\t-1\t0\n")
-    assert error_line(["trace", "describe", str(path)]) == f"gavel trace {path}: row 1: priority weight must be positive, got 0"
+    assert error_line(["trace", "describe", str(path)]) == f"gavel trace {path}: row 1: priority weight must be >= 1e-09, got 0"
 
 
 def test_an_unknown_queue_in_a_sweep_is_refused_before_any_run(tmp_path):
@@ -116,3 +116,14 @@ def test_a_type_or_policy_given_twice_is_refused(tiny_trace):
     assert error_line(["simulate", tiny_trace, "-q", "--cluster", "v100=4,v100=1"]) == "--cluster: v100 is given twice"
     assert error_line(["compare", tiny_trace, "-q", *CLUSTER, "--policies", "fifo,fifo"]) == (
         "--policies: 'fifo' is listed twice")
+
+
+@pytest.mark.parametrize("weight,ok", [(5e8, True), (2e9, False), (1e-10, False)])
+def test_a_trace_weight_has_the_snapshots_limits(tmp_path, weight, ok):
+    """A trace capped weights at 1e6 and took any positive one; a snapshot takes [1e-9, 1e9]."""
+    path = tmp_path / "t.trace"
+    path.write_text(f"ResNet-18 (batch size 256)\tcmd\t.\t--n\t1\t100\t1\t{weight:g}\t-1\t0\n")
+    res = runner.invoke(app, ["trace", "describe", str(path)])
+    assert (res.exit_code == 0) == ok, res.output
+    if not ok:
+        assert "priority weight" in (res.stderr or res.output)

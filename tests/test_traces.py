@@ -180,6 +180,21 @@ def test_unknown_format_is_a_clear_error(tmp_path):
         read_trace(p)
 
 
+def test_an_undetected_format_names_the_way_to_give_it_in_each_interface(tmp_path):
+    """The message said "pass --format" to the Python API and to sweep, which have no such flag."""
+    import optsched
+    from optsched.sweep.traces import _read
+
+    p = tmp_path / "t.csv"
+    p.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(OptschedError, match=r"pass --format$"):
+        read_trace(p)
+    with pytest.raises(OptschedError, match=r"read_trace\(path, format=\.\.\.\) as the trace$"):
+        optsched.simulate(str(p), cluster="v100=2")
+    with pytest.raises(OptschedError, match=r"set format in the sweep file's \[trace_options\]$"):
+        _read(str(p), None, None)
+
+
 def test_bad_throughput_table_names_the_entry():
     with pytest.raises(OptschedError, match=r"\['v100'\]\[\"\('A', 1\)\"\]"):
         parse_throughputs({"v100": {"('A', 1)": {"null": -1.0}}})

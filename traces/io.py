@@ -26,7 +26,7 @@ def detect_format(path: str | os.PathLike) -> str:
         return "pollux"
     if {"timestamp", "duration", "num_gpus"} <= header:
         return "philly"
-    raise OptschedError(f"trace {p}: cannot detect the format from its first line; pass --format {'|'.join(FORMATS)}")
+    raise OptschedError(f"trace {p}: cannot detect the format from its first line (one of {'|'.join(FORMATS)}); pass --format")
 
 
 def _first_line(p: Path) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from optsched.model import MAX_GPUS, OptschedError
+from optsched.model import MAX_GPUS, MAX_WEIGHT, MIN_WEIGHT, OptschedError
 
 # Documented limits of a trace's numbers (README, traces): checked while reading,
 # before the simulator's work scales with them.
@@ -102,7 +102,7 @@ def make_trace(records: dict, fmt: str, source: str = "", speed: str = "table", 
     for col, ok, rule in (
         ("arrival_time", df["arrival_time"] >= 0, ">= 0"),
         ("scale_factor", df["scale_factor"] > 0, "positive"),
-        ("weight", df["weight"] > 0, "positive"),
+        ("weight", df["weight"] >= MIN_WEIGHT, f">= {MIN_WEIGHT:g}"),
         ("steps_total", ~(df["steps_total"] < 0), ">= 0"),
         ("duration", ~(df["duration"] < 0), ">= 0"),
     ):
@@ -115,7 +115,7 @@ def make_trace(records: dict, fmt: str, source: str = "", speed: str = "table", 
         ("duration", MAX_SECONDS, "s"),
         ("steps_total", MAX_STEPS, "steps"),
         ("scale_factor", MAX_GPUS, "GPUs"),
-        ("weight", 1e6, ""),
+        ("weight", MAX_WEIGHT, ""),
     ):
         v = df[col].to_numpy(dtype=float)
         # inf steps_total is the documented "no length" of an elastic (Pollux/Sia) job

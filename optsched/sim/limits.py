@@ -47,7 +47,8 @@ SIM_FLAGS = {"round_length": "--round-length", "restart_overhead": "--restart-ov
 
 # The Python API's names for the flags its messages would name (optsched.simulate).
 _API_NAMES = {"cluster": "cluster", "servers": "cluster", "prices": "cluster prices", "set": "option",
-              "policy-option": "policy_options"}
+              "policy-option": "policy_options",
+              "format": "optsched.traces.io.read_trace(path, format=...) as the trace"}
 _ALLOCATOR_FLAGS = ("queue", "type-order", "migration-cost", "hysteresis")
 
 
