@@ -259,6 +259,8 @@ def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
     GPU counts or pairs are the procedure's responsibility and pass unchanged."""
     import dataclasses
 
+    if alloc.status.startswith("fallback"):  # as a program's fallback is: a warning on the log
+        log.warning("%s: %s", alloc.policy, alloc.status)
     if alloc.gpu_counts is not None or len(alloc.pairs) or alloc.fractions.shape != (inst.n, inst.k):
         return alloc
     t0 = time.perf_counter()

@@ -127,3 +127,14 @@ def test_a_trace_weight_has_the_snapshots_limits(tmp_path, weight, ok):
     assert (res.exit_code == 0) == ok, res.output
     if not ok:
         assert "priority weight" in (res.stderr or res.output)
+
+
+def test_a_path_that_cannot_be_opened_is_named_by_its_argument(tmp_path):
+    """It printed "Is a directory: examples" without saying which argument the path was."""
+    res = runner.invoke(app, ["solve", str(tmp_path)])
+    assert res.exit_code == 2
+    assert (res.stderr or res.output).strip() == f"error: snapshot {tmp_path}: is a directory"
+    out = tmp_path / "missing" / "x.trace"
+    res = runner.invoke(app, ["trace", "generate", str(out)])
+    assert res.exit_code == 2
+    assert (res.stderr or res.output).strip() == f"error: output {out}: no such file or directory"

@@ -70,3 +70,11 @@ def test_listening_socket_bound_and_listening():
         assert _accepts(sock.getsockname())
     finally:
         sock.close()
+
+
+def test_serve_refuses_a_database_in_a_missing_folder(tmp_path):
+    """A mistyped --db path grew the missing folders and started on a new, empty database."""
+    res = runner.invoke(app, ["serve", "--port", "0", "--db", str(tmp_path / "nope" / "deeper" / "s.db")])
+    assert res.exit_code == 2
+    assert "does not exist" in (res.stderr or res.output)
+    assert not (tmp_path / "nope").exists()

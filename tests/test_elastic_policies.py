@@ -257,3 +257,16 @@ def test_hadar_with_a_job_that_runs_nowhere_solves_the_others():
     alloc = solve_instance(inst, "hadar", solver="highs")
     assert alloc.status == "optimal" and alloc.objective == pytest.approx(1.0)
     assert alloc.gpu_counts.tolist() == [[0, 1], [0, 0]]
+
+
+def test_a_configuration_milps_fallback_is_a_logged_warning(caplog):
+    """A program's fallback was logged as a warning, sia's and pollux's were not (status only)."""
+    import logging
+
+    from importlib import resources
+
+    inst = instance(resources.files("optsched").joinpath("data/example_snapshot.json").read_text())
+    with caplog.at_level(logging.WARNING, logger="optsched.policy"):
+        alloc = solve_instance(inst, "sia", solver="highs", time_limit=1e-6)
+    assert alloc.status.startswith("fallback")
+    assert any(r.levelno == logging.WARNING and "sia: fallback" in r.getMessage() for r in caplog.records)

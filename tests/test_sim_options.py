@@ -84,7 +84,7 @@ CASES = {
     "--cluster": {"*": (["--cluster", "v100=8,p100=8,k80=8"], lambda b, s, d: set(s["utilization"]) == {"v100", "p100", "k80"}),
                   "tiresias": (["--cluster", "gpu=8"], lambda b, s, d: _config(d)["cluster"] == {"gpu": 8}),
                   "pollux": (["--cluster", "gpu=4"], lambda b, s, d: _config(d)["cluster"] == {"gpu": 4})},
-    "--servers": {"*": (["--servers", "3x4", "--cluster", "v100=1"], lambda b, s, d: set(s["utilization"]) == {"v100"}),
+    "--servers": {"*": (["--servers", "3x4", "--cluster", "v100"], lambda b, s, d: set(s["utilization"]) == {"v100"}),
                   "tiresias": (["--servers", "2x4"], lambda b, s, d: set(s["utilization"]) == {"gpu"}),
                   "pollux": (["--servers", "2x4"], lambda b, s, d: set(s["utilization"]) == {"gpu"})},
     "--round-length": {"*": (["--round-length", "37"], lambda b, s, d: s["round_length"] == 37 and s["rounds"] != b["rounds"])},

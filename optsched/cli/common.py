@@ -151,11 +151,23 @@ def user_errors(fn=None, *, aliases: dict[str, str] | None = None):
             err_console.print(f"[bold red]error:[/] {_validation_line(e)}", highlight=False, soft_wrap=True, markup=True)
             raise typer.Exit(2)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as e:
-            err_console.print(f"[bold red]error:[/] {_one_line(f'{e.strerror}: {e.filename}')}", highlight=False,
-                              soft_wrap=True)
+            where = _path_argument(e.filename, kwargs, names)
+            what = (e.strerror or type(e).__name__)
+            line = f"{where} {e.filename}: {what[:1].lower()}{what[1:]}" if where else f"{what}: {e.filename}"
+            err_console.print(f"[bold red]error:[/] {_one_line(line)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
 
     return wrapper
+
+
+def _path_argument(filename, kwargs: dict, names: dict[str, str]) -> str | None:
+    """The flag (or argument name) whose value is ``filename``, to name it in the message."""
+    if filename is None:
+        return None
+    for key, value in kwargs.items():
+        if isinstance(value, (str, os.PathLike)) and os.fspath(value) == os.fspath(filename):
+            return names.get(key, key)
+    return None
 
 
 def option_flags(fn) -> dict[str, str]:

@@ -112,7 +112,8 @@ def check_serve(port: int, max_body_bytes: int, max_jobs: int, max_gpus: int, ma
                 sessions_cached: int, threads: int) -> None:
     from optsched.model import MAX_GPUS, MAX_JOBS
 
-    number("--port", port, 0, 65535)
+    if not 0 <= port <= 65535:  # (a port number is not written 65,535)
+        raise OptschedError(f"--port: must be between 0 and 65535, got {port}")
     number("--max-body-bytes", max_body_bytes, 1, MAX_BODY_BYTES, unit="bytes")
     number("--max-jobs", max_jobs, 1, MAX_JOBS, unit="jobs")
     number("--max-gpus", max_gpus, 1, MAX_GPUS, unit="GPUs")

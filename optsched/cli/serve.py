@@ -6,6 +6,7 @@ import ipaddress
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -91,6 +92,10 @@ def serve(
     service_app.WORKER_THREADS = threads
     limits = Limits(max_body_bytes=max_body_bytes, max_jobs=max_jobs, max_gpus=max_gpus,
                     max_time_limit=max_time_limit, max_sessions_cached=sessions_cached)
+    folder = Path(db).expanduser().parent
+    if db != ":memory:" and not folder.is_dir():  # a mistyped path would otherwise grow folders and a new database
+        err_console.print(f"[bold red]error:[/] --db {db}: folder {folder} does not exist", highlight=False)
+        raise typer.Exit(2)
     try:
         application = create_app(db, token=token, limits=limits, synchronous=sync.upper())
     except Exception as e:  # an unreadable database path or a newer schema: one line, exit 2

@@ -111,10 +111,17 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
 
     check_seed(seed)
     _check_format_has_trace(trace_path, fmt)
-    trace = default_trace() if trace_path is None else read_trace(trace_path, fmt)
+    try:
+        table = read_throughputs(throughputs) if throughputs else None
+    except OptschedError as e:
+        raise OptschedError(f"--throughputs: {e}") from None
+    # the built-in example is generated from the table given, so its job types are the table's
+    trace = default_trace(table) if trace_path is None else read_trace(trace_path, fmt)
     if sample is not None:
         if sample < 1:
             raise OptschedError(f"--sample: must be >= 1 job, got {sample}")
+        if sample > len(trace):
+            raise OptschedError(f"--sample: {sample:,} jobs asked, the trace has {len(trace):,}")
         if trace.format == "philly":
             from optsched.traces.philly import sample_philly
 
@@ -126,10 +133,6 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
             servers = DEFAULT_ELASTIC_SERVERS
         else:
             cluster = DEFAULT_CLUSTER
-    try:
-        table = read_throughputs(throughputs) if throughputs else None
-    except OptschedError as e:
-        raise OptschedError(f"--throughputs: {e}") from None
     return trace, parse_cluster(cluster, servers, prices), table
 
 

@@ -143,7 +143,8 @@ def sweep(
         for _, r in agg.iterrows():
             tab.add_row(escape(str(r["cluster"])), escape(str(r["policy"])), f"{r['load']:g}", *(_num(r[c]) for c in cols))
         console.print(tab)
-    console.print(f"wrote {out}/ (results.parquet, results.csv, jobs.parquet, rounds.parquet, sweep.json, runs/)",
-                  highlight=False)
+    files = ["results.parquet", "results.csv", "jobs.parquet", "rounds.parquet",
+             *(["auto_choices.csv"] if (Path(out) / "auto_choices.csv").exists() else []), "sweep.json", "runs/"]
+    console.print(f"wrote {out}/ ({', '.join(files)})", highlight=False)
     if len(t) and res.total - ok:
         raise typer.Exit(1)  # everything is written; a script still learns that runs failed

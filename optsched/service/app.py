@@ -481,7 +481,7 @@ class _BodyLimit:
 
 
 async def _send_error(send, status: int, detail: str, field: str | None) -> None:
-    body = json.dumps({"detail": detail, "field": field}).encode()
+    body = json.dumps({"detail": detail, "field": field}, separators=(",", ":"), ensure_ascii=False).encode()  # as JSONResponse
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})

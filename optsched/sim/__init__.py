@@ -141,16 +141,16 @@ def simulate_flags(
     from optsched.traces.io import read_trace
     from optsched.traces.throughputs import ThroughputTable, default_throughputs, read_throughputs
 
+    if throughputs is not None and not isinstance(throughputs, ThroughputTable):
+        throughputs = read_throughputs(throughputs)
     if trace is None:
-        trace = default_trace()
+        trace = default_trace(throughputs)  # the built-in example, of the table's job types
     elif isinstance(trace, (str, os.PathLike)):
         trace = read_trace(trace)
     elastic = elastic_rows(trace)
     if cluster is None:
         cluster = parse_cluster(None, DEFAULT_ELASTIC_SERVERS) if elastic.all() else DEFAULT_CLUSTER
     cluster = _cluster(cluster, parse_cluster)
-    if throughputs is not None and not isinstance(throughputs, ThroughputTable):
-        throughputs = read_throughputs(throughputs)
     try:
         cfg = SimConfig(policy=policy, **config)
     except TypeError as e:

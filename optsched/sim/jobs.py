@@ -102,95 +102,21 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
     multi-GPU rigid jobs whose GPUs span servers run at the table's
     ``*_unconsolidated`` rate (Gavel's simulator; the policy still sees the
     consolidated rate)."""
-    from optsched.traces.throughputs import default_throughputs
-
     types = tuple(sorted(cluster.gpus))
     cap = np.array([cluster.gpus[t] for t in types], dtype=float)
-    j = trace.jobs
     where = f"{trace.format} trace {trace.source}".strip()
-    sf = j["scale_factor"].to_numpy(dtype=float)
-    extrapolated = 0
     elastic = elastic_rows(trace)
-    if elastic.all():
-        T = np.zeros((len(j), len(types)))
-        steps = np.zeros(len(j))
-    elif trace.speed == "duration":
-        dur = j["duration"].to_numpy(dtype=float)
-        steps = j["steps_total"].to_numpy(dtype=float)
-        steps = np.where(np.isnan(steps), dur, steps)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            rate = steps / dur  # (a zero or tiny duration is out of range below, not floored)
-        _check_rates(rate[~elastic], j["row"].to_numpy()[~elastic], where)
-        T = np.repeat(rate[:, None], len(types), axis=1)
-    else:
-        table = table or default_throughputs()
-        if trace.format == "philly" and (j["model"] == "").any():
-            from optsched.traces.philly import assign_models
-
-            trace = assign_models(trace, table, seed)
-            j = trace.jobs
-        models = j["model"].to_numpy(dtype=object)
-        known = {m: table.has_model(m) for m in set(models[~elastic])}
-        unknown = np.array([not e and not known[m] for m, e in zip(models, elastic)])
-        if unknown.any():
-            i = int(np.argmax(unknown))
-            raise OptschedError(
-                f"{where}: row {j['row'].iat[i]}: unknown job type {models[i]!r} (not in throughput table "
-                f"{table.source or 'given'})"
-            )
-        T = np.zeros((len(j), len(types)))
-        extra = np.zeros(len(j), dtype=bool)
-        if (~elastic).any():
-            T[~elastic], extra[~elastic] = table.matrix(models[~elastic], sf[~elastic].astype(int), types)
-        extrapolated = int(extra.sum())
-        spread = _spread_matrix(table, models, sf, elastic, types, T) if spread_rates else None
-        steps = j["steps_total"].to_numpy(dtype=float).copy()
-        need = np.isnan(steps)
-        if need.any():
-            ref = types.index("v100") if "v100" in types else int(np.argmax(T.sum(axis=0)))
-            steps[need] = j["duration"].to_numpy(dtype=float)[need] * T[need, ref]
-    if trace.speed == "duration" or elastic.all():
-        spread = None
+    trace, rates = _rigid_rates(trace, types, elastic, table, seed, spread_rates, where)
+    j, T, steps = trace.jobs, rates.throughput, rates.steps
+    sf = j["scale_factor"].to_numpy(dtype=float)
     app_of: list = [None] * len(j)
     batch = np.full(len(j), np.nan)
     if elastic.any():
-        from optsched.sim.goodput_jobs import throughput_row
-
-        if apps is None:
-            raise OptschedError(f"{where}: elastic jobs need application profiles (apps=...)")
-        check_applications(j, elastic, apps, where, f"profiled: {', '.join(sorted(apps)) or 'none'}")
-        names = j["model"].to_numpy(dtype=object)
-        if "batch_size" not in j:
-            raise OptschedError(f"{where}: elastic jobs need a batch_size column")
-        batch[elastic] = j["batch_size"].to_numpy(dtype=float)[elastic]
-        server = server_gpus(cluster, types)
-        for m in np.flatnonzero(elastic):
-            app = apps[names[m]]
-            app_of[m] = app
-            T[m] = throughput_row(app, batch[m], int(sf[m]), types, cap, server, co_adapt)
-            steps[m] = app.total_progress
+        app_of, batch = _elastic_rates(j, elastic, apps, cluster, types, co_adapt, T, steps, where)
         if co_adapt:
             sf = np.where(elastic, 1.0, sf)
-    rated = (T > 0).any(axis=1)  # some type of the cluster has a throughput for it at all
-    T = np.where(sf[:, None] > cap[None, :], 0.0, T)
-    runnable = (T > 0).any(axis=1) & (steps > 0)
-    keep = np.ones(len(j), dtype=bool)
-    if not runnable.all():
-        bad = np.flatnonzero(~runnable)
-        if not skip_unrunnable:
-            i = int(bad[0])
-            types = ", ".join(f"{c} {t}" for t, c in cluster.gpus.items())
-            why = (
-                "has no work (0 steps)" if steps[i] <= 0
-                else f"needs {int(sf[i])} GPUs of one type; the cluster has {types}" if sf[i] > cap.max()
-                else f"it has no throughput on any GPU type of the cluster ({types})" if not rated[i]
-                else f"needs {int(sf[i])} GPUs of one type it runs on; the cluster has {types}"
-            )
-            raise OptschedError(
-                f"{where}: row {j['row'].iat[i]}: job {j['job_id'].iat[i]!r} can never run: {why} "
-                f"({len(bad)} such job(s); --skip-unrunnable drops them and counts them in the summary)"
-            )
-        keep = runnable
+    keep, T = _runnable(j, cluster, cap, sf, T, steps, skip_unrunnable, where)
+    spread = rates.spread
     return JobArrays(
         job_ids=tuple(j["job_id"].to_numpy()[keep]),
         models=j["model"].to_numpy(dtype=object)[keep],
@@ -203,13 +129,114 @@ def resolve_jobs(trace, cluster: Cluster, table=None, seed: int = 0, skip_unrunn
         rows=j["row"].to_numpy()[keep],
         gpu_types=types,
         skipped=int((~keep).sum()) + trace.skipped,
-        extrapolated=extrapolated,
+        extrapolated=rates.extrapolated,
         is_elastic=elastic[keep],
         apps=tuple(a for a, k in zip(app_of, keep) if k),
         batch_size=batch[keep],
         job_type=tuple((str(m), int(s)) for m, s in zip(j["model"].to_numpy()[keep], sf[keep])),
         pair_table=pair_table,
         spread_throughput=spread[keep] if spread is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Rates:
+    """Rigid jobs' steps/s per type and total steps (elastic rows: zeros, filled later)."""
+    throughput: np.ndarray
+    steps: np.ndarray
+    extrapolated: int = 0
+    spread: np.ndarray | None = None
+
+
+def _rigid_rates(trace, types, elastic, table, seed: int, spread_rates: bool, where: str):
+    """(trace, _Rates): from each job's duration (a duration trace, the same rate on
+    every type) or from the throughput table by model and scale factor (a Philly
+    trace without models gets them assigned first, hence the trace returned)."""
+    from optsched.traces.throughputs import default_throughputs
+
+    j = trace.jobs
+    if elastic.all():
+        return trace, _Rates(np.zeros((len(j), len(types))), np.zeros(len(j)))
+    if trace.speed == "duration":
+        dur = j["duration"].to_numpy(dtype=float)
+        steps = j["steps_total"].to_numpy(dtype=float)
+        steps = np.where(np.isnan(steps), dur, steps)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            rate = steps / dur  # (a zero or tiny duration is out of range below, not floored)
+        _check_rates(rate[~elastic], j["row"].to_numpy()[~elastic], where)
+        return trace, _Rates(np.repeat(rate[:, None], len(types), axis=1), steps)
+    table = table or default_throughputs()
+    if trace.format == "philly" and (j["model"] == "").any():
+        from optsched.traces.philly import assign_models
+
+        trace = assign_models(trace, table, seed)
+        j = trace.jobs
+    sf = j["scale_factor"].to_numpy(dtype=float)
+    models = j["model"].to_numpy(dtype=object)
+    known = {m: table.has_model(m) for m in set(models[~elastic])}
+    unknown = np.array([not e and not known[m] for m, e in zip(models, elastic)])
+    if unknown.any():
+        i = int(np.argmax(unknown))
+        raise OptschedError(
+            f"{where}: row {j['row'].iat[i]}: unknown job type {models[i]!r} (not in throughput table "
+            f"{table.source or 'given'})"
+        )
+    T = np.zeros((len(j), len(types)))
+    extra = np.zeros(len(j), dtype=bool)
+    if (~elastic).any():
+        T[~elastic], extra[~elastic] = table.matrix(models[~elastic], sf[~elastic].astype(int), types)
+    spread = _spread_matrix(table, models, sf, elastic, types, T) if spread_rates else None
+    steps = j["steps_total"].to_numpy(dtype=float).copy()
+    need = np.isnan(steps)
+    if need.any():
+        ref = types.index("v100") if "v100" in types else int(np.argmax(T.sum(axis=0)))
+        steps[need] = j["duration"].to_numpy(dtype=float)[need] * T[need, ref]
+    return trace, _Rates(T, steps, int(extra.sum()), spread)
+
+
+def _elastic_rates(j, elastic, apps, cluster: Cluster, types, co_adapt: bool, T, steps, where: str):
+    """Fill elastic rows of ``T`` and ``steps`` (in place) from their applications'
+    profiles; (application per row, batch size per row)."""
+    from optsched.sim.goodput_jobs import throughput_row
+
+    if apps is None:
+        raise OptschedError(f"{where}: elastic jobs need application profiles (apps=...)")
+    check_applications(j, elastic, apps, where, f"profiled: {', '.join(sorted(apps)) or 'none'}")
+    if "batch_size" not in j:
+        raise OptschedError(f"{where}: elastic jobs need a batch_size column")
+    names = j["model"].to_numpy(dtype=object)
+    sf = j["scale_factor"].to_numpy(dtype=float)
+    cap = np.array([cluster.gpus[t] for t in types], dtype=float)
+    app_of: list = [None] * len(j)
+    batch = np.full(len(j), np.nan)
+    batch[elastic] = j["batch_size"].to_numpy(dtype=float)[elastic]
+    server = server_gpus(cluster, types)
+    for m in np.flatnonzero(elastic):
+        app_of[m] = app = apps[names[m]]
+        T[m] = throughput_row(app, batch[m], int(sf[m]), types, cap, server, co_adapt)
+        steps[m] = app.total_progress
+    return app_of, batch
+
+
+def _runnable(j, cluster: Cluster, cap, sf, T, steps, skip_unrunnable: bool, where: str):
+    """(rows kept, T with types narrower than a job zeroed): a job that can never run
+    is an error naming why, or dropped with ``skip_unrunnable``."""
+    rated = (T > 0).any(axis=1)  # some type of the cluster has a throughput for it at all
+    T = np.where(sf[:, None] > cap[None, :], 0.0, T)
+    runnable = (T > 0).any(axis=1) & (steps > 0)
+    if runnable.all() or skip_unrunnable:
+        return runnable, T
+    i = int(np.flatnonzero(~runnable)[0])
+    types = ", ".join(f"{c} {t}" for t, c in cluster.gpus.items())
+    why = (
+        "has no work (0 steps)" if steps[i] <= 0
+        else f"needs {int(sf[i])} GPUs of one type; the cluster has {types}" if sf[i] > cap.max()
+        else f"it has no throughput on any GPU type of the cluster ({types})" if not rated[i]
+        else f"needs {int(sf[i])} GPUs of one type it runs on; the cluster has {types}"
+    )
+    raise OptschedError(
+        f"{where}: row {j['row'].iat[i]}: job {j['job_id'].iat[i]!r} can never run: {why} "
+        f"({int((~runnable).sum())} such job(s); --skip-unrunnable drops them and counts them in the summary)"
     )
 
 
@@ -312,6 +339,9 @@ def _parse_cluster(spec: str | None, servers: str | None) -> Cluster:
     if spec:
         for part in spec.split(","):
             name, eq, count = part.partition("=")
+            if servers and not eq and name.strip() and "," not in spec:
+                gpus[name.strip()] = 0  # the type of --servers' GPUs; the count is the servers'
+                continue
             if not eq or not name.strip():
                 raise OptschedError(f"--cluster: {part!r} is not TYPE=COUNT (e.g. v100=36,p100=36,k80=36)")
             try:
@@ -335,7 +365,10 @@ def _parse_cluster(spec: str | None, servers: str | None) -> Cluster:
             raise OptschedError(f"--servers: {ns:,} x {per:,} GPUs exceed the limit of {MAX_GPUS:,}")
         if len(gpus) > 1:
             raise OptschedError("--servers describes a homogeneous cluster; give at most one type in --cluster")
-        t = next(iter(gpus), "gpu")  # (--cluster only names the type here: its count is the servers')
+        t = next(iter(gpus), "gpu")  # (--cluster names the type here: the count is the servers')
+        if gpus and gpus[t] not in (0, ns * per):  # (the count was silently replaced by the servers')
+            raise OptschedError(f"--cluster: {t}={gpus[t]} disagrees with --servers {servers} ({ns * per:,} GPUs); "
+                                f"give --cluster {t} or {t}={ns * per}")
         return Cluster(gpus={t: ns * per}, servers=[Server(id=f"{t}-{i}", gpu_type=t, gpus=per) for i in range(ns)])
     if not gpus:
         raise OptschedError("--cluster: empty cluster")
