@@ -179,6 +179,7 @@ def goodput_matrix(inst: Instance, agnostic: bool = False, cache: "GoodputCache 
     current = np.full(n, -1)
     if el is not None:
         params, _ = fill_params(el.params, T, el.init_batch_size)
+        measured = np.isfinite(params).all(axis=2)  # (n, k): the types each job has a model for
         if agnostic:
             ref = np.argmax(np.where(np.isfinite(params).all(axis=2), T + 1e-12, -1), axis=1)
             params = np.repeat(params[np.arange(n), ref][:, None, :], inst.k, axis=1)
@@ -197,7 +198,8 @@ def goodput_matrix(inst: Instance, agnostic: bool = False, cache: "GoodputCache 
         per_gpu = T[:, cfg.gpu_type] / inst.scale_factor[:, None]
         g_el = np.where(unprofiled[:, None], per_gpu * cfg.gpus[None, :], g_el)
         within = (cfg.gpus[None, :] >= el.min_gpus[:, None]) & (cfg.gpus[None, :] <= el.max_gpus[:, None])
-        usable = (T[:, cfg.gpu_type] > 0) | known
+        # (agnostic copies the reference model onto every type: whether a job runs on one is still its own data)
+        usable = (T[:, cfg.gpu_type] > 0) | measured[:, cfg.gpu_type]
         g_el = np.where(within & usable, g_el, 0.0)
         rows = el.is_elastic
         G[rows], b[rows], s[rows] = g_el[rows], b_el[rows], s_el[rows]

@@ -63,6 +63,8 @@ TOLERANCE = 1e-9  # stop when hi − lo ≤ TOLERANCE · hi ...
 ROOT = 1e-8  # ... or when |v(ρ) − 1| ≤ ROOT: the LPs are solved to ~1e-8, ρ cannot be resolved further
 FEASIBLE = 1e-6  # v(ρ) ≥ 1 − FEASIBLE counts as feasible: the IPM's z was seen 2e-7 low; hi is what X really achieves
 MAX_SOLVES = 30
+FLAT = 1e-12  # ρ − a_m below this fraction of ρ is rounding (see rows_at)
+MAX_COEF = 1e7  # a share row needs at least 1e-7 of the job's isolated throughput per unit of v
 
 
 def rho_coefficients(inst: Instance, T: np.ndarray, policy: str = "finish_time_fairness") -> tuple[np.ndarray, np.ndarray]:
@@ -80,7 +82,7 @@ def rho_coefficients(inst: Instance, T: np.ndarray, policy: str = "finish_time_f
 def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:
     agnostic = check_flag("agnostic", agnostic)
     T = type_blind(inst.throughput) if agnostic else inst.throughput
-    a, b = rho_coefficients(inst, T)
+    a, b = rho_coefficients(inst, T, "finish_time_fairness_agnostic" if agnostic else "finish_time_fairness")
     # Rows in units of the isolated throughput (ρ is invariant): thr ~ 1.
     scale = isolated_throughput(inst, T)
     A = T / scale[:, None]
@@ -90,8 +92,13 @@ def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_par
     info: dict = {}
 
     def rows_at(rho: float):
-        """The max-min block LP of v(ρ)."""
-        coef = np.where(live, (rho - a) / np.where(live, b, 1.0), 0.0)
+        """The max-min block LP of v(ρ). A job whose ρ_m barely moves with its throughput
+        (work left ~1e-19 of its history: a_m and ρ_m round to one float) would get a row
+        of 0 and make every ρ look infeasible: ρ − a_m counts as at least FLAT · ρ (ρ_m
+        within that of ρ, which the returned X's own ρ then reports), and its demand is at
+        least 1 / MAX_COEF of its isolated throughput (a solver's tolerance cannot read it as 0)."""
+        gap = np.maximum(rho - a, FLAT * abs(rho))
+        coef = np.where(live, np.minimum(gap / np.where(live, b, 1.0), MAX_COEF), 0.0)
         return base_lp(inst, pk, A=A * coef[:, None], g=np.ones(inst.n), c_z=1.0, has_row=live)
 
     def rho_of(X, Y=None):

@@ -4,10 +4,15 @@
       ⇔  maximize z  s.t.  thr_m(X) ≥ R_m z  for every job with R_m > 0
 
 (one LP, not Gavel's bisection over the makespan), makespan = 1 / z seconds.
-As a block LP: share rows A[m] = T[m] · S / R_m on the jobs with work left,
-g = 1, c_z = 1, where for conditioning z is measured in units of a typical
-job's solo time S (median over jobs of R_m / max_j T[m, j]): z' = z S ≈ 1,
-makespan = S / z'. ``agnostic=True`` uses each job's mean usable throughput on
+As a block LP, each row in its own job's units so that its coefficients are
+at most 1 whatever the steps and rates (1e15 steps beside 100 made a single
+scale put 2e-10 and 1e5 in one program, and solvers dropped the small one):
+with D_m = R_m / max_j T[m, j] the job's solo time on its best type and
+D = max_m D_m, share rows A[m] = T[m] / max_j T[m, j], g_m = D_m / D,
+c_z = 1; z' = z D ≤ 1, makespan = D / z'. A job whose solo time is under
+G_FLOOR · D gets g_m = G_FLOOR (at least that fraction of its full speed
+times z'): it still finishes by the makespan, and a solver's tolerance can
+no longer read its row as empty and leave it with nothing. ``agnostic=True`` uses each job's mean usable throughput on
 every type (formulations.base.type_blind); its objective is then the makespan
 under that type-blind model. ``packing=True`` adds the pair columns. Jobs with
 nothing left do not constrain the program (no share row); with none left the
@@ -22,9 +27,11 @@ from optsched.formulations.base import Formulation, base_lp, job_share, packing_
 from optsched.model import Instance
 from optsched.checks import check_flag
 
+G_FLOOR = 1e-6
+
 
 def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:
-    R = require_steps_remaining(inst, "makespan")
+    R = require_steps_remaining(inst, "makespan_agnostic" if agnostic else "makespan")
     agnostic = check_flag("agnostic", agnostic)
     T = type_blind(inst.throughput) if agnostic else inst.throughput
     pk = packing_pairs(inst, packing, max_partners)
@@ -32,12 +39,16 @@ def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_par
     if not live.any():
         return Formulation(lp=base_lp(inst, pk, A=np.zeros_like(T)), share=lambda X, Y=None: np.zeros(inst.n),
                            objective=lambda sol: 0.0, packing=pk)
-    S = float(np.median(R[live] / T[live].max(axis=1)))
-    A = np.where(live[:, None], T * S / np.where(live, R, 1.0)[:, None], 0.0)  # row m: S / (time to finish at full speed)
+    best = np.where(live, T.max(axis=1), 1.0)  # > 0 for a live job: it runs somewhere (the snapshot's rule)
+    solo = np.where(live, R / best, 0.0)  # D_m
+    D = float(solo.max())
+    A = np.where(live[:, None], T / best[:, None], 0.0)  # fractions of the job's full speed
+    ratio = solo / D
+    g = np.where(live, np.maximum(ratio, G_FLOOR), 1.0)
     return Formulation(
-        lp=base_lp(inst, pk, A=A, g=np.ones(inst.n), c_z=1.0, has_row=live),
+        lp=base_lp(inst, pk, A=A, g=g, c_z=1.0, has_row=live),
         # Share = progress rate relative to finishing by the makespan: the bottleneck jobs finish last.
-        share=lambda X, Y=None: np.where(live, job_share(A, X, pk, Y), np.inf),
-        objective=lambda sol: S / sol.z if sol.z > 0 else float("inf"),
+        share=lambda X, Y=None: np.where(live, job_share(A, X, pk, Y) / np.where(live, ratio, 1.0), np.inf),
+        objective=lambda sol: D / sol.z if sol.z > 0 else float("inf"),
         packing=pk,
     )

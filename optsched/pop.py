@@ -149,6 +149,10 @@ def solve_partitioned(
 ) -> Allocation:
     """Solve ``policy`` on ``partitions`` groups and merge (see the module docstring)."""
     check_partitions(policy, partitions, bool(options.get("packing")))
+    if policy.startswith(("makespan", "finish_time_fairness")):  # the whole instance's error, before any group runs
+        from optsched.formulations.base import require_steps_remaining
+
+        require_steps_remaining(inst, policy)
     family = _family(policy)
     t0 = time.perf_counter()
     # Never more groups than jobs: each group gets 1/k of every type, so an

@@ -270,3 +270,21 @@ def test_a_configuration_milps_fallback_is_a_logged_warning(caplog):
         alloc = solve_instance(inst, "sia", solver="highs", time_limit=1e-6)
     assert alloc.status.startswith("fallback")
     assert any(r.levelno == logging.WARNING and "sia: fallback" in r.getMessage() for r in caplog.records)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(["pollux", "sia", "optimus"]))
+def test_an_elastic_job_only_gets_types_it_can_run_on(seed, policy):
+    """pollux is type-agnostic by default with several types, and gave a job measured and
+    rated only on v100 four p100s (its reference model was copied onto every type)."""
+    snap = elastic_snapshot(seed, 6)
+    rng = np.random.default_rng(seed + 1)
+    for job in snap["jobs"]:  # each job keeps one type: throughput and model there only
+        t = str(rng.choice(["a", "b"]))
+        job["throughput"] = {t: job["throughput"][t]}
+        perf = job["goodput"]["perf_params"]
+        job["goodput"]["perf_params"] = {t: perf.get(t, next(iter(perf.values())))}
+    inst = instance(snap)
+    alloc = solve_instance(inst, policy, solver="highs")
+    used = alloc.gpu_counts if alloc.gpu_counts is not None else alloc.fractions
+    assert (np.asarray(used)[~inst.available] == 0).all(), (alloc.status, used)

@@ -243,6 +243,42 @@ def test_makespan_of_two_jobs_sharing_one_gpu_is_their_total_work():
     assert solve_instance(dataclasses.replace(inst, capacity=np.array([2.0])), "makespan").objective == pytest.approx(300.0, rel=1e-7)
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), solver=st.sampled_from(["auto", "clarabel", "ipm", "highs", "highs-simplex"]))
+def test_makespan_on_one_type_is_mcnaughtons_bound_at_any_scale(seed, solver):
+    """One type of W GPUs, preemptive: the optimal makespan is max(max_m D_m, Σ s_m D_m / W),
+    D_m = R_m / T_m (McNaughton). Steps 1e-3..1e15 and rates 1e-6..1e9 in one program made
+    the old single scale put 2e-10 and 1e5 in one row set: HiGHS dropped rows and left jobs
+    with nothing ("optimal", objective null), CLARABEL was 3.8x off."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 7))
+    T = 10.0 ** rng.uniform(-6, 9, n)
+    R = 10.0 ** rng.uniform(-3, 15, n)
+    s = rng.integers(1, 3, n).astype(float)
+    W = float(rng.integers(2, 9))
+    inst = dataclasses.replace(tiny(T[:, None].tolist(), [W], steps_remaining=R.tolist()), scale_factor=s)
+    alloc = solve_instance(inst, "makespan", solver=solver)
+    D = R / T
+    best = max(D.max(), (s * D).sum() / W)
+    assert alloc.status == "optimal"
+    assert alloc.objective == pytest.approx(best, rel=1e-5)
+    thr = alloc.fractions[:, 0] * T  # every job finishes by the makespan reported
+    assert (R / np.maximum(thr, 1e-300) <= alloc.objective * (1 + 1e-4)).all()
+    assert (s @ alloc.fractions <= W * (1 + 1e-7)).all()
+
+
+@pytest.mark.parametrize("policy", ["finish_time_fairness", "finish_time_fairness_agnostic"])
+def test_finish_time_fairness_with_a_job_whose_rho_no_longer_moves(policy):
+    """Job 1 has 1,000 steps left after 1e7 s at 1e15 steps/s: its ρ is 1 to 19 digits, so
+    ρ − a rounded to 0, its row to nothing, and a two-job round fell back ("below 1")."""
+    inst = tiny([[2.0, 0.0], [1e15, 1.0]], [4, 4], steps_remaining=[1e15, 1000.0], elapsed_time=[0.0, 1e7])
+    alloc = solve_instance(inst, policy)
+    assert alloc.status == "optimal"
+    assert alloc.objective == pytest.approx(1.0, rel=1e-6)
+    thr = (inst.throughput * alloc.fractions).sum(axis=1)
+    assert (thr > 0).all()  # both jobs progress: neither ρ is infinite
+
+
 def test_finish_time_fairness_of_identical_jobs_is_one():
     inst = tiny([[2.0], [2.0]], [1])
     alloc = solve_instance(inst, "finish_time_fairness")

@@ -187,7 +187,8 @@ def test_a_sweep_without_clusters_and_with_a_relative_trace_resumes_from_its_swe
 
 def test_recorded_clusters_read_back_whole():
     """A list entry is one cluster: "v100=1,p100=1" is not split at its commas; null is the default."""
-    spec = spec_from_dict({**TINY, "clusters": ["v100=1,p100=1,k80=1", None]})
+    base = {k: v for k, v in TINY.items() if k != "cluster"}
+    spec = spec_from_dict({**base, "clusters": ["v100=1,p100=1,k80=1", None]})
     assert spec.clusters == ["v100=1,p100=1,k80=1", None]
     assert spec_from_dict({**TINY, "cluster": "v100=2,p100=2"}).clusters == ["v100=2,p100=2"]
 
@@ -270,3 +271,35 @@ def test_a_yaml_sweep_file_or_a_set_value_repeating_a_key_is_refused(tmp_path):
     r = CliRunner().invoke(app, ["sweep", "gavel", "--policies", "fifo", "--out", str(tmp_path / "o"),
                                  "--set", 'allocator_options={"queue": "gavel", "queue": "bogus"}'])
     assert r.exit_code == 2 and "--set allocator_options: key 'queue' appears twice" in r.output
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"options": 1}, "options must be a table"),
+    ({"trace_options": [1, 2]}, "trace_options must be a table"),
+    ({"auto": 5}, "auto must be a table"),
+    ({"workers": "x"}, "workers: must be a whole number"),
+    ({"workers": 1.5}, "workers: must be a whole number, got 1.5"),
+    ({"cluster": "v100=2", "clusters": ["v100=4"]}, "give cluster or clusters, not both"),
+])
+def test_a_sweep_file_of_the_wrong_shape_is_one_line(tmp_path, extra, message):
+    """A number where a table belongs was a 35-line TypeError traceback; workers 1.5 ran as 1;
+    cluster beside clusters was silently ignored."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"trace": "gavel", "policies": ["fifo"], "loads": [1], "executor": "serial", **extra}))
+    res = CliRunner().invoke(app, ["sweep", "--file", str(path), "--jobs", "4", "--auto-every", "2",
+                                   "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 2, res.output
+    assert message in (res.stderr or res.output) and "Traceback" not in res.output
+
+
+def test_a_job_type_the_table_lacks_is_refused_before_any_run(tmp_path):
+    """Each run failed alone with the same error (a sweep "finished" with every run failed),
+    naming simulate's --throughputs, which a sweep spells trace_options.throughputs."""
+    trace = tmp_path / "t.trace"
+    trace.write_text("NoSuchModel (batch size 1)\tcmd\t.\t--n\t1\t100\t1\t1\t-1\t0\n")
+    res = CliRunner().invoke(app, ["sweep", str(trace), "--policies", "fifo", "--loads", "1",
+                                   "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 2, res.output
+    msg = res.stderr or res.output
+    assert "unknown job type 'NoSuchModel (batch size 1)'" in msg and "trace_options.throughputs" in msg
+    assert not (tmp_path / "o" / "runs").exists()

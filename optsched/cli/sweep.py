@@ -66,6 +66,11 @@ def sweep(
     from optsched.sweep import read_spec_file, run_sweep, spec_from_dict
 
     d = dict(read_spec_file(file)) if file else {}
+    from optsched.sweep.spec import TABLE_KEYS, table_of
+
+    for key in TABLE_KEYS:  # the file's tables before flags merge into them
+        if key in d:
+            d[key] = table_of(d, key, str(file))
     if trace is not None:
         d["trace"] = trace
     for key, value in (("policies", _split(policies)), ("loads", _split(loads)), ("seeds", _split(seeds)),

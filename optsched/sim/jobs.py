@@ -173,14 +173,7 @@ def _rigid_rates(trace, types, elastic, table, seed: int, spread_rates: bool, wh
         j = trace.jobs
     sf = j["scale_factor"].to_numpy(dtype=float)
     models = j["model"].to_numpy(dtype=object)
-    known = {m: table.has_model(m) for m in set(models[~elastic])}
-    unknown = np.array([not e and not known[m] for m, e in zip(models, elastic)])
-    if unknown.any():
-        i = int(np.argmax(unknown))
-        raise OptschedError(
-            f"{where}: row {j['row'].iat[i]}: unknown job type {models[i]!r} (not in throughput table "
-            f"{table.source or 'given'})"
-        )
+    check_job_types(j, elastic, table, where)
     T = np.zeros((len(j), len(types)))
     extra = np.zeros(len(j), dtype=bool)
     if (~elastic).any():
@@ -192,6 +185,19 @@ def _rigid_rates(trace, types, elastic, table, seed: int, spread_rates: bool, wh
         ref = types.index("v100") if "v100" in types else int(np.argmax(T.sum(axis=0)))
         steps[need] = j["duration"].to_numpy(dtype=float)[need] * T[need, ref]
     return trace, _Rates(T, steps, int(extra.sum()), spread)
+
+
+def check_job_types(j, elastic, table, where: str) -> None:
+    """Every rigid row's job type is in ``table`` (else one line naming the first row that is not)."""
+    models = j["model"].to_numpy(dtype=object)
+    known = {m: table.has_model(m) for m in set(models[~elastic])}
+    unknown = np.array([not e and not known[m] for m, e in zip(models, elastic)])
+    if unknown.any():
+        i = int(np.argmax(unknown))
+        raise OptschedError(
+            f"{where}: row {j['row'].iat[i]}: unknown job type {models[i]!r} (not in throughput table "
+            f"{table.source or 'given'}; --throughputs names the table of the trace's job types)"
+        )
 
 
 def _elastic_rates(j, elastic, apps, cluster: Cluster, types, co_adapt: bool, T, steps, where: str):

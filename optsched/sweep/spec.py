@@ -126,6 +126,8 @@ def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
         raise OptschedError(f"{where}: unknown key {unknown[0]!r} (choose from {', '.join(SPEC_KEYS)})")
     if not d.get("trace"):
         raise OptschedError(f"{where}: no trace (a path, or one of the generators {', '.join(GENERATORS)})")
+    if d.get("clusters") is not None and d.get("cluster") is not None:  # (one was silently ignored)
+        raise OptschedError(f"{where}: give cluster or clusters, not both")
     clusters = d.get("clusters", d.get("cluster"))
     if isinstance(clusters, str):  # one cluster (its commas separate types, not clusters)
         clusters = [clusters]
@@ -140,14 +142,38 @@ def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
         seeds=_as_list(d.get("seeds"), "seeds", int) or [0],
         clusters=clusters or [None],
         prices=_prices(d.get("prices")),
-        trace_options=dict(d.get("trace_options") or {}),
-        options=dict(d.get("options") or {}),
-        auto=dict(d.get("auto") or {}),
+        trace_options=table_of(d, "trace_options", where),
+        options=table_of(d, "options", where),
+        auto=table_of(d, "auto", where),
         executor=str(d.get("executor", "local")),
-        workers=int(d["workers"]) if d.get("workers") is not None else None,
+        workers=_workers(d.get("workers"), where),
         address=d.get("address"),
     )
     return spec
+
+
+TABLE_KEYS = ("trace_options", "options", "auto")
+
+
+def table_of(d: dict, key: str, where: str) -> dict:
+    """A sweep file's table (``[options]``, ``[trace_options]``, ``[auto]``); absent is empty."""
+    value = d.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise OptschedError(f"{where}: {key} must be a table of KEY = VALUE, got {value!r}")
+    return dict(value)
+
+
+def _workers(value, where: str) -> int | None:
+    if value is None:
+        return None
+    from optsched.checks import check_number
+
+    try:
+        return check_number("workers", value, 1, whole=True)
+    except OptschedError as e:
+        raise OptschedError(f"{where}: {e}") from None
 
 
 PRICED = {"min_cost", "min_cost_slo"}  # the policies that read GPU prices
@@ -282,9 +308,25 @@ def validate(spec: SweepSpec) -> None:
     from optsched.sim.jobs import elastic_rows
 
     elastic = bool(elastic_rows(trace).any())
+    _check_job_types(trace, table)
     for policy in _run_policies(spec):
         _check_run_options(spec, policy, trace, table, elastic)
     check_sweep_rounds(spec, trace, table)
+
+
+def _check_job_types(trace, table) -> None:
+    """A job type the table lacks fails every run alike: refused once, before them."""
+    from optsched.sim.jobs import check_job_types, elastic_rows
+
+    if trace.speed == "duration" or (trace.format == "philly" and (trace.jobs["model"] == "").any()):
+        return  # rates from durations, or job types the runs assign from the table
+    from optsched.traces.throughputs import default_throughputs
+
+    try:
+        check_job_types(trace.jobs, elastic_rows(trace), table or default_throughputs(),
+                        f"{trace.format} trace {trace.source}".strip())
+    except OptschedError as e:
+        raise OptschedError(str(e).replace("--throughputs", "trace_options.throughputs")) from None
 
 
 def _check_prices(spec: SweepSpec, trace) -> None:
