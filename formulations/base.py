@@ -45,9 +45,14 @@ class Formulation:
     # A program that is not one block LP (a sequence of them, or conic rows):
     # solver(backend, time_limit) -> BlockSolution. None: block_lp.solve(lp).
     solver: Callable[[str, float], BlockSolution] | None = None
+    # The program's level z and capacity prices are ``unit`` × the reported objective and prices
+    # (max-min scales its weights so that z ~ 1 whatever their magnitude: see max_min_fairness).
+    unit: float = 1.0
 
     def solve(self, backend: str, time_limit: float, warm=None) -> BlockSolution:
-        """``warm``: (prices, level[, slacks]) of a similar program (block_lp.solve)."""
+        """``warm``: (prices, level[, slacks]) of a similar program (block_lp.solve), in reported units."""
+        if warm is not None and self.unit != 1.0:
+            warm = (np.asarray(warm[0]) * self.unit, warm[1] * self.unit, *warm[2:])
         if self.solver is not None:
             return self.solver(backend, time_limit)
         if self.packing is not None and self.packing.candidates is not None and self.lp.pairs is not None:
@@ -66,6 +71,15 @@ def base_lp(inst: Instance, packing: Packing | None = None, **arrays) -> BlockLP
     pairs = None if packing is None else packing.block(arrays["A"], pair_C)
     return BlockLP(S=inst.scale_factor.astype(float), W=inst.capacity.astype(float), allowed=inst.available,
                    pairs=pairs, **arrays)
+
+
+def weight_unit(w: np.ndarray) -> float:
+    """The scale a max-min program's weights are divided by: their largest when it lies outside
+    [1e-3, 1e3] (weights of 1e9 put the level at 1e-9, under the solvers' absolute tolerances:
+    HiGHS returned an idle cluster, CLARABEL a distorted allocation, both "optimal"), else 1, so
+    programs of ordinary weights are the same numbers as ever."""
+    top = float(np.max(w)) if len(w) else 1.0
+    return top if top > 0 and not 1e-3 <= top <= 1e3 else 1.0
 
 
 def job_share(A: np.ndarray, X: np.ndarray, packing: Packing | None = None, Y: np.ndarray | None = None) -> np.ndarray:

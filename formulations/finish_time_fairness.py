@@ -63,7 +63,7 @@ TOLERANCE = 1e-9  # stop when hi − lo ≤ TOLERANCE · hi ...
 ROOT = 1e-8  # ... or when |v(ρ) − 1| ≤ ROOT: the LPs are solved to ~1e-8, ρ cannot be resolved further
 FEASIBLE = 1e-6  # v(ρ) ≥ 1 − FEASIBLE counts as feasible: the IPM's z was seen 2e-7 low; hi is what X really achieves
 MAX_SOLVES = 30
-FLAT = 1e-12  # ρ − a_m below this fraction of ρ is rounding (see rows_at)
+FLAT = 1e-9  # ρ − a_m below this fraction of ρ is rounding (cancellation in ρ − a_m: see rows_at)
 MAX_COEF = 1e7  # a share row needs at least 1e-7 of the job's isolated throughput per unit of v
 
 

@@ -14,18 +14,27 @@ that job is scheduled without an SLO constraint and listed in
 the program is solved without SLO constraints (as Gavel does) and the status
 says so. A job with a deadline needs ``steps_total``.
 
-As a block LP: objective C[m, j] = T[m, j] / (thr_m^iso s_m p_j), no z; each
-live SLO is a share row Σ_j (T[m, j] / rate_m) X[m, j] ≥ 1 (divided by the
-required rate_m = R_m / (slo_m − now): well scaled).
+As a block LP: objective C[m, j] = T[m, j] / (thr_m^iso s_m p_j) (divided by
+its largest entry when that lies outside [1e-3, 1e3], as formulations.base's
+weight_unit: prices of 1e4 $/h left a 1e-4 objective that CLARABEL stopped 30 %
+short of), no z; each live SLO is a share row in fractions of the job's full
+speed, Σ_j (T[m, j] / max_j T[m, j]) X[m, j] ≥ max(rate_m / max_j T[m, j],
+SLO_FLOOR) with rate_m = R_m / (slo_m − now) the required steps/s: coefficients
+at most 1 (T / rate reached 4e16 and HiGHS gave up), and a deadline needing
+less than SLO_FLOOR of full speed still gets that much, which a solver's
+tolerance cannot read as nothing.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from optsched.formulations.base import Formulation, base_lp, isolated_throughput, no_packing
+from optsched.formulations.base import Formulation, base_lp, isolated_throughput, no_packing, weight_unit
 from optsched.model import Instance, OptschedError
 from optsched.checks import check_flag
+
+
+SLO_FLOOR = 1e-6  # an SLO row asks at least this fraction of the job's full speed
 
 
 def prices(inst: Instance) -> np.ndarray:
@@ -58,6 +67,7 @@ def build(inst: Instance, slo: bool = False, packing: bool = False, with_slos: b
     price = prices(inst)
     A = inst.throughput / isolated_throughput(inst, inst.throughput)[:, None]
     C = A / (inst.scale_factor[:, None] * price[None, :])
+    unit = weight_unit(C.ravel())  # (the program's objective and prices are 1 / unit × the reported ones)
     B, lower, has_row = np.zeros_like(A), np.zeros(inst.n), np.zeros(inst.n, dtype=bool)
     info: dict = {}
     relaxed = None
@@ -65,15 +75,17 @@ def build(inst: Instance, slo: bool = False, packing: bool = False, with_slos: b
         idx, rate, missed = slo_rates(inst)
         info["slo_missed"] = missed
         if with_slos and len(idx):
-            B[idx] = inst.throughput[idx] / rate[:, None]  # thr_m / rate_m ≥ 1
-            lower[idx], has_row[idx] = 1.0, True
+            best = inst.throughput[idx].max(axis=1)  # > 0: every job runs somewhere
+            B[idx] = inst.throughput[idx] / best[:, None]
+            lower[idx], has_row[idx] = np.maximum(rate / best, SLO_FLOOR), True
             relaxed = lambda: build(inst, slo=True, with_slos=False)  # noqa: E731
         if not with_slos:
             info["slo_dropped"] = True
     return Formulation(
-        lp=base_lp(inst, A=B, C=C, lower=lower, has_row=has_row),
+        lp=base_lp(inst, A=B, C=C / unit, lower=lower, has_row=has_row),
         share=lambda X, Y=None: (A * X).sum(axis=1),
         info=info,
+        unit=1.0 / unit,
         relaxed=relaxed,
         relaxed_note="SLOs cannot all be met: solved without SLO constraints",
     )

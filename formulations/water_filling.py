@@ -40,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from optsched.formulations.base import base_lp, fallback_allocation, no_packing
+from optsched.formulations.base import base_lp, fallback_allocation, no_packing, weight_unit
 from optsched.formulations.max_min_fairness import normalized_throughput
 from optsched.model import Allocation, Instance
 from optsched.checks import check_flag, check_number
@@ -213,6 +213,8 @@ def _lp_round(st: _Fill, inst, A0, weights, backend: str, deadline: float, warm_
     """One round solved as an LP; its solution, or None (st.status says why)."""
     U = np.flatnonzero(~st.frozen)
     w = np.asarray(weights(st.frozen), dtype=float)
+    unit = weight_unit(w[U])  # the round's t is unit × the reported level (formulations.base)
+    w = w / unit
     t0 = time.perf_counter()
     full = saturated(inst, A0, st.frozen, st.level)
     lp = round_lp(inst, A0, w, st.frozen, st.level, full)
@@ -222,8 +224,9 @@ def _lp_round(st: _Fill, inst, A0, weights, backend: str, deadline: float, warm_
     # Its vertex duals prove stuck jobs too (complementary slackness), if not
     # always all of them: a stuck job missed waits a round, at the same level.
     # Cold rounds: interior duals, which freeze every stuck job at once.
+    warm = (st.warm[0] * unit, st.warm[1] * unit) if warm_levels and st.warm is not None else None
     sol = block_lp.solve(lp, backend=backend, time_limit=max(deadline - time.perf_counter(), 1e-3), interior=True,
-                         warm=st.warm if warm_levels else None)
+                         warm=warm)
     st.solver_seconds += sol.seconds
     if sol.ok and sol.backend not in CERTIFIED and not _levels_fit(st, inst, A0, U[stuck_jobs(lp, sol, U)],
                                                                     frozen_levels(inst, A0, sol.z * w)):
@@ -239,13 +242,13 @@ def _lp_round(st: _Fill, inst, A0, weights, backend: str, deadline: float, warm_
     fixed = np.flatnonzero(full >= 0)  # the fixed jobs (no columns in the program)
     st.X[fixed, full[fixed]] = pinned_time(A0, st.level, full)[fixed]
     if sol.price is not None and np.any(sol.price > 0):
-        st.warm = (sol.price, sol.z)
+        st.warm = (sol.price / unit, sol.z / unit)  # (kept in the weights' own units)
     elif st.warm is not None:  # a round set by a job's time row prices no capacity: keep the last prices
-        st.warm = (st.warm[0], sol.z)
+        st.warm = (st.warm[0], sol.z / unit)
     stuck = U[stuck_jobs(lp, sol, U)]
     # Frozen a hair below the level the solver found: its solution meets the rows only
     # to its tolerance, and levels above what fits make a later round infeasible.
-    st.freeze(inst, stuck, frozen_levels(inst, A0, sol.z * w)[stuck], sol.z)
+    st.freeze(inst, stuck, frozen_levels(inst, A0, sol.z * w)[stuck], sol.z / unit)
     if st.idle >= MAX_IDLE_ROUNDS:  # a missed stuck job waits one round, never this many: numerics
         st.status = (f"stopped: {st.idle} rounds froze no job (numerical trouble); "
                      f"{int((~st.frozen).sum())} jobs keep the last round's level")

@@ -10,7 +10,7 @@ from optsched.model import Allocation, Instance, OptschedError, Snapshot, parse_
 __version__ = "0.1.0"
 
 
-def solve(snapshot, policy: str = "max_min_fairness", solver: str = "clarabel", time_limit: float = 60.0, **options):
+def solve(snapshot, policy: str = "max_min_fairness", solver: str = "auto", time_limit: float = 60.0, **options):
     from optsched.policy import solve as _solve
 
     return _solve(snapshot, policy=policy, solver=solver, time_limit=time_limit, **options)

@@ -303,7 +303,8 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
         else:
             X, Y = clean_packed_fractions(sol.X, sol.Y, inst, pk)
         status = sol.status + (f" ({relaxed_note})" if relaxed_note else "")
-        objective, prices = form.objective(sol), sol.price
+        objective = form.objective(sol) / form.unit
+        prices = None if sol.price is None else sol.price / form.unit
     else:
         X, status, objective, prices = _fallback(inst, policy, sol.backend, sol.message or sol.status)
     # A fallback's lowest shares are not a bottleneck of the policy: no marks.

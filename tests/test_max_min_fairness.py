@@ -208,3 +208,39 @@ def test_gpu_price_is_positive_on_contended_type():
     alloc = solve_instance(inst, "max_min_fairness")
     assert alloc.explanation["gpu_price"]["t0"] > 0
     assert set(alloc.explanation["bottleneck_jobs"]) == {"j0", "j1", "j2", "j3"}
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.sampled_from([1e-8, 1e-5, 1e5, 1e8]),
+       solver=st.sampled_from(["auto", "ipm", "highs", "highs-simplex"]),
+       policy=st.sampled_from(["max_min_fairness", "max_min_fairness_water_filling"]))
+def test_max_min_is_the_same_program_at_any_weight_scale(seed, scale, solver, policy):
+    """Weights × c change nothing but the objective's unit (÷ c). Weights of 1e8 made the level
+    1e-8, under the solvers' absolute tolerances: HiGHS starved two of three jobs, 'optimal'."""
+    import dataclasses
+
+    from optsched.bench.instances import rigid
+
+    rng = np.random.default_rng(seed)
+    inst = rigid(int(rng.integers(3, 9)), int(rng.integers(1, 4)), seed)
+    inst = dataclasses.replace(inst, weight=rng.choice([1.0, 2.0, 3.0], inst.n))  # distinct weights, exact ratios
+    base = solve_instance(inst, policy, solver=solver)
+    big = solve_instance(dataclasses.replace(inst, weight=inst.weight * scale), policy, solver=solver)
+    assert base.status == big.status == "optimal"
+    assert big.objective * scale == pytest.approx(base.objective, rel=1e-5)
+    A = normalized_throughput(inst)  # leximin-unique for water filling; max-min: compare the minimum share
+    sb, sg = (A * base.fractions).sum(axis=1), (A * big.fractions).sum(axis=1)
+    assert sg.min() == pytest.approx(sb.min(), rel=1e-5)
+    if policy.endswith("water_filling"):
+        np.testing.assert_allclose(np.sort(sg), np.sort(sb), rtol=1e-4, atol=1e-7)
+
+
+def test_the_python_api_solves_with_the_clis_default_solver():
+    """optsched.solve defaulted to clarabel while the CLI, the service and policy.solve use auto."""
+    import inspect
+
+    import optsched
+    from optsched import policy
+
+    assert inspect.signature(optsched.solve).parameters["solver"].default == \
+        inspect.signature(policy.solve).parameters["solver"].default == "auto"

@@ -277,6 +277,10 @@ def test_finish_time_fairness_with_a_job_whose_rho_no_longer_moves(policy):
     assert alloc.objective == pytest.approx(1.0, rel=1e-6)
     thr = (inst.throughput * alloc.fractions).sum(axis=1)
     assert (thr > 0).all()  # both jobs progress: neither ρ is infinite
+    # ρ − a 1.5e-12 of ρ: computed by cancellation, 1e-4 off, and the LP read v(ρ) < 1
+    one = tiny([[1.0, 1e6, 1.0]], [1, 1, 1], steps_remaining=[4.889], elapsed_time=[1e7])
+    alone = solve_instance(one, policy)
+    assert alone.status == "optimal" and alone.objective == pytest.approx(1.0, rel=1e-6)
 
 
 def test_finish_time_fairness_of_identical_jobs_is_one():
@@ -539,3 +543,40 @@ def test_finish_time_fairness_with_a_finished_job_warns_nothing(packing):
         warnings.simplefilter("error")
         alloc = optsched.solve(optsched.parse_snapshot(snap), "finish_time_fairness", packing=packing)
     assert alloc.status == "optimal" and np.isfinite(alloc.objective)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.sampled_from([1e-9, 1e-5, 1e5, 1e9]))
+def test_proportional_fairness_is_the_same_program_at_any_weight_scale(seed, scale):
+    """Σ w log thr is maximized by the same X for w × c. One job of weight 1e9 on one GPU was
+    'optimal' at objective 13.4 (it is 0 there); weight 1e-9 gave the lone job 0.69 of its GPU."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5))
+    inst = tiny(rng.uniform(0.5, 5.0, (n, 2)).tolist(), [int(rng.integers(1, 4)), int(rng.integers(1, 4))])
+    inst = dataclasses.replace(inst, weight=rng.choice([1.0, 2.0], n))
+    base = solve_instance(inst, "proportional_fairness")
+    big = solve_instance(dataclasses.replace(inst, weight=inst.weight * scale), "proportional_fairness")
+    assert base.status == big.status == "optimal"
+    assert big.objective == pytest.approx(base.objective * scale, rel=1e-5, abs=1e-9 * scale)
+    thr_b, thr_g = (inst.throughput * base.fractions).sum(axis=1), (inst.throughput * big.fractions).sum(axis=1)
+    np.testing.assert_allclose(thr_g, thr_b, rtol=1e-4)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_min_cost_slo_agrees_across_solvers_at_extreme_prices_and_rates(seed):
+    """Prices of 1e4 $/h made the objective 1e-4 and CLARABEL stopped 30 % short ('optimal');
+    an SLO row T / rate of 4e16 made HiGHS give up ('Not Set') on a one-job instance."""
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    T = 10.0 ** rng.uniform(-3, 12, (n, k))
+    R = 10.0 ** rng.uniform(2, 12, n)
+    inst = tiny(T.tolist(), rng.integers(1, 5, k).tolist(), steps_remaining=R.tolist())
+    slo = R / (T.max(axis=1) * rng.uniform(0.05, 2.0, n))  # deadlines from 20x slack to unmeetable
+    inst = dataclasses.replace(inst, price=10.0 ** rng.uniform(-6, 6, k), slo=slo)
+    results = [solve_instance(inst, "min_cost_slo", solver=s) for s in ("auto", "ipm", "highs", "highs-simplex")]
+    assert len({a.status for a in results}) == 1 and not results[0].status.startswith("fallback"), \
+        [a.status for a in results]
+    ref = results[-1].objective  # the simplex vertex
+    for a in results:
+        assert a.objective == pytest.approx(ref, rel=1e-5)
