@@ -48,6 +48,9 @@ class Formulation:
     # The program's level z and capacity prices are ``unit`` × the reported objective and prices
     # (max-min scales its weights so that z ~ 1 whatever their magnitude: see max_min_fairness).
     unit: float = 1.0
+    # The reported GPU prices of a solution when they are not the program's duals / unit
+    # (makespan: objective D / z, so prices are D / z² times the duals). None: sol.price / unit.
+    prices: Callable[[BlockSolution], np.ndarray | None] | None = None
 
     def solve(self, backend: str, time_limit: float, warm=None) -> BlockSolution:
         """``warm``: (prices, level[, slacks]) of a similar program (block_lp.solve), in reported units."""

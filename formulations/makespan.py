@@ -12,7 +12,8 @@ D = max_m D_m, share rows A[m] = T[m] / max_j T[m, j], g_m = D_m / D,
 c_z = 1; z' = z D ≤ 1, makespan = D / z'. A job whose solo time is under
 G_FLOOR · D gets g_m = G_FLOOR (at least that fraction of its full speed
 times z'): it still finishes by the makespan, and a solver's tolerance can
-no longer read its row as empty and leave it with nothing. ``agnostic=True`` uses each job's mean usable throughput on
+no longer read its row as empty and leave it with nothing. GPU prices are in
+seconds of makespan saved per GPU (−dM/dW_j = D / z'² × z''s dual). ``agnostic=True`` uses each job's mean usable throughput on
 every type (formulations.base.type_blind); its objective is then the makespan
 under that type-blind model. ``packing=True`` adds the pair columns. Jobs with
 nothing left do not constrain the program (no share row); with none left the
@@ -50,5 +51,7 @@ def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_par
         # Share = progress rate relative to finishing by the makespan: the bottleneck jobs finish last.
         share=lambda X, Y=None: np.where(live, job_share(A, X, pk, Y) / np.where(live, ratio, 1.0), np.inf),
         objective=lambda sol: D / sol.z if sol.z > 0 else float("inf"),
+        # makespan = D / z: one GPU more shortens it by D / z² × z's dual (seconds per GPU)
+        prices=lambda sol: None if sol.price is None or not sol.z > 0 else sol.price * D / sol.z ** 2,
         packing=pk,
     )

@@ -183,7 +183,8 @@ def water_fill(inst, policy, A0, weights, solver, time_limit, max_rounds=None, w
                 continue
         sol = _lp_round(st, inst, A0, weights, backend, deadline, warm_levels)
         if sol is None:
-            logging.getLogger("optsched.policy").warning("%s: %s", policy, st.status)
+            if not st.status.startswith("fallback"):  # (policy.finish_procedure logs the fallbacks)
+                logging.getLogger("optsched.policy").warning("%s: %s", policy, st.status)
             break
         events = use_events
         exact_test = not (sol.price is not None and np.any(sol.price > 1e-9 * abs(sol.z)))

@@ -304,7 +304,8 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
             X, Y = clean_packed_fractions(sol.X, sol.Y, inst, pk)
         status = sol.status + (f" ({relaxed_note})" if relaxed_note else "")
         objective = form.objective(sol) / form.unit
-        prices = None if sol.price is None else sol.price / form.unit
+        prices = form.prices(sol) if form.prices is not None else (
+            None if sol.price is None else sol.price / form.unit)
     else:
         X, status, objective, prices = _fallback(inst, policy, sol.backend, sol.message or sol.status)
     # A fallback's lowest shares are not a bottleneck of the policy: no marks.
@@ -426,6 +427,7 @@ def explain(inst: Instance, X: np.ndarray, share: np.ndarray, prices, objective)
         out["gpu_price"] = {t: float(v) for t, v in zip(inst.gpu_types, p)}
     if share is not None and len(share):
         low = float(np.min(share))
-        tol = 1e-5 * max(abs(low), 1.0)
+        # relative: shares of weight-1e9 jobs are ~1e-9 and an absolute 1e-5 marked every job
+        tol = 1e-5 * max(abs(low), 1e-6 * float(np.max(np.abs(share[np.isfinite(share)]), initial=0.0)))
         out["bottleneck_jobs"] = [jid for jid, s in zip(inst.job_ids, share) if s <= low + tol]
     return out

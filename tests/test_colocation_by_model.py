@@ -266,3 +266,24 @@ def test_packed_pair_keys_do_not_collide_when_ids_hold_a_plus():
     used = sum(sum(fr.values()) for fr in packed.values())
     assert used == pytest.approx(float(alloc.pair_fractions.sum()))
     assert '["a+b", "c"]' in packed or '["a", "b+c"]' in packed
+
+
+@pytest.mark.parametrize("scale", [1e9, 3e-9, 1e5])
+def test_packing_over_job_types_is_the_same_program_at_any_weight_scale(scale):
+    """The class program of max_min_fairness --packing was not scaled: weights ~1e9 gave a
+    min share 0.340 against 0.371 at weight 1, 'optimal'."""
+    import optsched
+
+    def snap(w):
+        jobs = [{"id": f"j{i}", "model": "A" if i % 2 else "B", "weight": w * (1 + i % 3) / 3,
+                 "throughput": {"v100": 10.0 if i % 2 else 4.0, "k80": 3.0}} for i in range(6)]
+        return {"cluster": {"gpus": {"v100": 2, "k80": 2}}, "jobs": jobs,
+                "colocation": {"A": {"B": {"v100": [6.0, 3.0]}, "A": {"v100": [6.0, 6.0]}}, "B": {"B": {"v100": [3.0, 3.0]}}}}
+
+    base = optsched.solve(optsched.parse_snapshot(snap(1.0)), packing=True)
+    big = optsched.solve(optsched.parse_snapshot(snap(scale)), packing=True)
+    assert base.status == big.status == "optimal" and base.explanation.get("job_classes")
+    assert big.objective * scale == pytest.approx(base.objective, rel=1e-6)
+    np.testing.assert_allclose(big.effective_throughput, base.effective_throughput, rtol=1e-6)
+    for t, p in base.explanation["gpu_price"].items():
+        assert big.explanation["gpu_price"][t] * scale == pytest.approx(p, rel=1e-6, abs=1e-12)

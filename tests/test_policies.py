@@ -580,3 +580,18 @@ def test_min_cost_slo_agrees_across_solvers_at_extreme_prices_and_rates(seed):
     ref = results[-1].objective  # the simplex vertex
     for a in results:
         assert a.objective == pytest.approx(ref, rel=1e-5)
+
+
+@pytest.mark.parametrize("solver", ["auto", "highs-simplex"])
+def test_makespan_prices_are_seconds_saved_per_gpu(solver):
+    """makespan's gpu_price was z's dual in the program's internal unit (and changed with it):
+    it is −dM/dW, checked against a finite difference of the optimum."""
+    from optsched.bench.instances import rigid
+
+    inst = rigid(45, 3, 2)
+    alloc = solve_instance(inst, "makespan", solver=solver)
+    for j, t in enumerate(inst.gpu_types):
+        cap = inst.capacity.astype(float).copy()
+        cap[j] += 1e-3
+        more = solve_instance(dataclasses.replace(inst, capacity=cap), "makespan", solver="highs-simplex")
+        assert alloc.explanation["gpu_price"][t] == pytest.approx((alloc.objective - more.objective) / 1e-3, rel=1e-3)

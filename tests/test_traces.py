@@ -187,8 +187,12 @@ def test_an_undetected_format_names_the_way_to_give_it_in_each_interface(tmp_pat
 
     p = tmp_path / "t.csv"
     p.write_text("a,b,c\n1,2,3\n")
-    with pytest.raises(OptschedError, match=r"pass --format$"):
+    with pytest.raises(OptschedError, match=r"pass --format \(format= in Python\)$"):
         read_trace(p)
+    from optsched.runtime.loop import run
+
+    with pytest.raises(OptschedError, match=r"convert it with optsched trace convert --format"):
+        run(str(p))
     with pytest.raises(OptschedError, match=r"read_trace\(path, format=\.\.\.\) as the trace$"):
         optsched.simulate(str(p), cluster="v100=2")
     with pytest.raises(OptschedError, match=r"set format in the sweep file's \[trace_options\]$"):

@@ -12,6 +12,8 @@ from optsched.model import OptschedError
 from optsched.traces.trace import Trace
 
 FORMATS = ("gavel", "tiresias", "pollux", "philly")
+# How to give the format, in the commands and read_trace; interfaces without either replace it.
+FORMAT_HINT = "pass --format (format= in Python)"
 
 
 def detect_format(path: str | os.PathLike) -> str:
@@ -26,7 +28,7 @@ def detect_format(path: str | os.PathLike) -> str:
         return "pollux"
     if {"timestamp", "duration", "num_gpus"} <= header:
         return "philly"
-    raise OptschedError(f"trace {p}: cannot detect the format from its first line (one of {'|'.join(FORMATS)}); pass --format")
+    raise OptschedError(f"trace {p}: cannot detect the format from its first line (one of {'|'.join(FORMATS)}); {FORMAT_HINT}")
 
 
 def _first_line(p: Path) -> str:

@@ -92,7 +92,9 @@ def serve(
     service_app.WORKER_THREADS = threads
     limits = Limits(max_body_bytes=max_body_bytes, max_jobs=max_jobs, max_gpus=max_gpus,
                     max_time_limit=max_time_limit, max_sessions_cached=sessions_cached)
-    folder = Path(db).expanduser().parent
+    if db != ":memory:":
+        db = str(Path(db).expanduser())  # the path checked is the path opened (--db '~/s.db', OPTSCHED_DB=~/s.db)
+    folder = Path(db).parent
     if db != ":memory:" and not folder.is_dir():  # a mistyped path would otherwise grow folders and a new database
         err_console.print(f"[bold red]error:[/] --db {db}: folder {folder} does not exist", highlight=False)
         raise typer.Exit(2)

@@ -708,9 +708,13 @@ def run(jobs, executor: str | object = "local", config: RunConfig | None = None,
     from optsched.runtime.spec import jobs_from_trace
 
     if isinstance(jobs, (str, os.PathLike)):
-        from optsched.traces.io import read_trace
+        from optsched.traces.io import FORMAT_HINT, read_trace
 
-        jobs = read_trace(jobs)
+        try:
+            jobs = read_trace(jobs)
+        except OptschedError as e:  # (run has no format option)
+            raise OptschedError(str(e).replace(FORMAT_HINT, "convert it with optsched trace convert --format, or pass "
+                                                            "read_trace(path, format=...) in Python")) from None
     if not isinstance(jobs, (list, tuple)):
         jobs = jobs_from_trace(jobs, step_scale)
     cfg = config or RunConfig(**options)

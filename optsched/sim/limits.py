@@ -47,8 +47,7 @@ SIM_FLAGS = {"round_length": "--round-length", "restart_overhead": "--restart-ov
 
 # The Python API's names for the flags its messages would name (optsched.simulate).
 _API_NAMES = {"cluster": "cluster", "servers": "cluster", "prices": "cluster prices", "set": "option",
-              "policy-option": "policy_options",
-              "format": "optsched.traces.io.read_trace(path, format=...) as the trace"}
+              "policy-option": "policy_options"}
 _ALLOCATOR_FLAGS = ("queue", "type-order", "migration-cost", "hysteresis")
 
 
@@ -66,6 +65,9 @@ def keyword_names(message: str, style=None) -> str:
             key = _API_NAMES.get(flag, flag.replace("-", "_"))
         return style(key) if style is not None else key
 
+    from optsched.traces.io import FORMAT_HINT
+
+    message = message.replace(FORMAT_HINT, "pass optsched.traces.io.read_trace(path, format=...) as the trace")
     return re.sub(r"(?<![\w-])--([a-z][a-z-]*[a-z])", name, message)
 
 

@@ -41,10 +41,12 @@ def _read(path: str, fmt: str | None, philly_cluster: str | None):
     from optsched.traces.io import read_trace
 
     opts = {"cluster": philly_cluster} if philly_cluster else {}
+    from optsched.traces.io import FORMAT_HINT
+
     try:
         return read_trace(path, fmt, **opts)
     except OptschedError as e:  # sweep has no --format flag: the format goes in its file
-        raise OptschedError(str(e).replace("pass --format", "set format in the sweep file's [trace_options]")) from None
+        raise OptschedError(str(e).replace(FORMAT_HINT, "set format in the sweep file's [trace_options]")) from None
 
 
 def generate_bursty(table, n_jobs: int, jobs_per_hour: float, seed: int = 0, burst_factor: float = 2.0,
