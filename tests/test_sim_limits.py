@@ -231,3 +231,13 @@ def test_an_infinite_time_limit_means_no_limit():
     assert optsched.solve(example_snapshot_text(), time_limit=float("inf")).status == "optimal"
 
     SimConfig(time_limit=float("inf")).validate()
+
+
+def test_a_run_stuck_for_good_says_so_after_a_thousand_rounds(trace):
+    """With no arrival left and nothing progressing for STALL_ROUNDS rounds nothing can change:
+    the run used to take the 100,000-round limit (~45 s) to end."""
+    from optsched.sim.loop import STALL_ROUNDS
+
+    with pytest.raises(OptschedError, match=rf"^simulate: no job progressed in {STALL_ROUNDS:,} rounds .* no arrivals left"):
+        simulate(trace, CLUSTER, progress_rate=lambda job: 0.0)
+    assert STALL_ROUNDS < 100_000

@@ -342,6 +342,10 @@ def simulate_jobs(
         if not ls.active:
             ls.now = max(ls.now, float(jobs.arrival[ls.next_arrival]))  # skip the idle stretch
             continue
+        if ls.stalled >= STALL_ROUNDS and ls.next_arrival >= n:  # nothing can change any more: say so now
+            raise OptschedError(f"simulate: no job progressed in {ls.stalled:,} rounds (t = {ls.now:,.0f} s, "
+                                f"{len(ls.active):,} job(s) unfinished, no arrivals left): they stopped progressing "
+                                "(a policy that leaves them without GPUs, or a progress_rate of 0)")
         if len(rounds) >= MAX_ROUNDS:  # the up-front bound assumes progress; a policy or rate giving none loops
             raise OptschedError(f"simulate: the run reached the limit of {MAX_ROUNDS:,} rounds at t = {ls.now:,.0f} s "
                                 f"with {len(ls.active):,} job(s) unfinished: they stopped progressing "
@@ -377,6 +381,7 @@ def simulate_jobs(
         # --- allocator / placement, then execution and completion ---
         plan = allocate(allocator, inst, ls.allocation, jobs, st, run.index_of, run.type_index)
         prog, duration, done = _execute(run, ls, st, allocator, plan, progress_rate, resources)
+        ls.stalled = 0 if done.size or np.any(prog.gained > 0) else ls.stalled + 1
 
         # --- metrics ---
         rounds.append(round_record(ls, plan, prog, inst.n, duration, recompute, solve_s, fit_s, int(done.size),
@@ -401,6 +406,10 @@ def simulate_jobs(
     }
     return st, rounds, info
 
+
+# Consecutive rounds without any progress or completion, with no arrival left, after which a
+# run is stuck for good (it used to take the 100,000-round limit, ~45 s, to say so).
+STALL_ROUNDS = 1000
 
 POLLUX_TIRESIAS_THRESHOLD = 16 * 3600.0  # GPU-seconds, the Pollux simulator's Tiresias (2 queues)
 

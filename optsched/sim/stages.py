@@ -82,6 +82,7 @@ class LoopState:
     solver_seconds: float = 0.0
     fit_seconds: float = 0.0
     recomputations: int = 0
+    stalled: int = 0  # consecutive rounds in which no job progressed or finished
 
 
 @dataclass(frozen=True)
