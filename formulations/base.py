@@ -85,6 +85,19 @@ def weight_unit(w: np.ndarray) -> float:
     return top if top > 0 and not 1e-3 <= top <= 1e3 else 1.0
 
 
+WEIGHT_SPREAD = 1e-12  # a weight below this fraction of the largest counts as that in a program
+
+
+def program_weights(w: np.ndarray) -> tuple[np.ndarray, float]:
+    """(the weights a max-min program uses, unit): divided by ``weight_unit`` and raised to at
+    least WEIGHT_SPREAD of the largest. Weights of 1e9 and 1e-9 side by side put 1e18 in one
+    matrix and every solver gave up; the raised weight only asks a tiny job for a 1e-12 share
+    where 1e-18 would do, which no round can tell apart."""
+    unit = weight_unit(w)
+    top = float(np.max(w)) if len(w) else 1.0
+    return np.maximum(w, WEIGHT_SPREAD * top) / unit, unit
+
+
 def job_share(A: np.ndarray, X: np.ndarray, packing: Packing | None = None, Y: np.ndarray | None = None) -> np.ndarray:
     """Σ_j A[m, j] X[m, j] (+ every pair containing m, at its packed rate)."""
     thr = (A * X).sum(axis=1)

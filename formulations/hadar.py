@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from optsched.formulations.base import weight_unit
 from optsched.model import Allocation, Instance
 from optsched.checks import check_flag
 
@@ -53,7 +54,9 @@ def build(inst: Instance, relax: bool = False):
         z <= a,
         cp.sum(x, axis=0) <= inst.capacity,
     ]
-    objective = cp.Maximize(inst.weight @ z)
+    # weights relative to the largest when it is outside [1e-3, 1e3]: a lone job of weight 1e-9
+    # gained 1e-9, under the MILP's tolerance, and never ran
+    objective = cp.Maximize((inst.weight / weight_unit(inst.weight)) @ z)
     return cp.Problem(objective, cons), x, a, z
 
 

@@ -24,7 +24,7 @@ from optsched.formulations.base import (
     heterogeneity_agnostic,
     job_share,
     packing_pairs,
-    weight_unit,
+    program_weights,
 )
 from optsched.model import Instance
 from optsched.checks import check_flag
@@ -39,12 +39,12 @@ def normalized_throughput(inst: Instance, agnostic: bool = False) -> np.ndarray:
 
 
 def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_partners: int | None = 8) -> Formulation:
-    unit = weight_unit(inst.weight)  # the program's level z is unit × the reported one
-    A = normalized_throughput(inst, agnostic) * unit
+    w, unit = program_weights(inst.weight)  # the program's level z is unit × the reported one
+    A = normalized_throughput(inst, agnostic) * (inst.weight / w)[:, None]
     pk = packing_pairs(inst, packing, max_partners)
     return Formulation(
         lp=base_lp(inst, pk, A=A, g=np.ones(inst.n), c_z=1.0),
-        share=lambda X, Y=None: job_share(A, X, pk, Y) / unit,
+        share=lambda X, Y=None: job_share(A, X, pk, Y) * (w / inst.weight),  # in the jobs' own weights
         packing=pk,
         unit=unit,
     )

@@ -41,7 +41,7 @@ def prices(inst: Instance) -> np.ndarray:
     price = np.full(inst.k, np.nan) if inst.price is None else inst.price
     for j, t in enumerate(inst.gpu_types):
         if not np.isfinite(price[j]) or price[j] <= 0:
-            what = "is missing" if not np.isfinite(price[j]) else f"must be > 0 ({price[j]:g})"
+            what = "is missing" if not np.isfinite(price[j]) else f"must be > 0, got {price[j]:g}"
             raise OptschedError(f"cluster.price_per_hour[{t!r}]: cost-aware policies need a price for every GPU type ({what}; simulate, compare and sweep: --prices)")
     return price
 

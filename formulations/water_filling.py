@@ -40,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from optsched.formulations.base import base_lp, fallback_allocation, no_packing, weight_unit
+from optsched.formulations.base import base_lp, fallback_allocation, no_packing, program_weights
 from optsched.formulations.max_min_fairness import normalized_throughput
 from optsched.model import Allocation, Instance
 from optsched.checks import check_flag, check_number
@@ -214,8 +214,9 @@ def _lp_round(st: _Fill, inst, A0, weights, backend: str, deadline: float, warm_
     """One round solved as an LP; its solution, or None (st.status says why)."""
     U = np.flatnonzero(~st.frozen)
     w = np.asarray(weights(st.frozen), dtype=float)
-    unit = weight_unit(w[U])  # the round's t is unit × the reported level (formulations.base)
+    wu, unit = program_weights(w[U])  # the round's t is unit × the reported level (formulations.base)
     w = w / unit
+    w[U] = wu
     t0 = time.perf_counter()
     full = saturated(inst, A0, st.frozen, st.level)
     lp = round_lp(inst, A0, w, st.frozen, st.level, full)

@@ -3,6 +3,7 @@ the LP-relaxation bound, capacity invariants and clear errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -164,6 +165,23 @@ def test_hadar_is_the_same_program_at_any_throughput_scale(seed, scale):
     alloc = solve_instance(inst, "hadar", solver="highs")
     assert alloc.status == "optimal" and alloc.gpu_counts.sum() > 0
     assert alloc.objective == pytest.approx(hadar_brute_force(inst), rel=1e-6)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([1e-9, 1e-6, 1e6, 1e9]))
+def test_hadar_is_the_same_program_at_any_weight_scale(seed, scale):
+    """A lone job of weight 1e-9 gained 1e-9 in the MILP, under its tolerance: it never ran and
+    a simulation stalled. Weights × c give the same choice (objective × c)."""
+    rng = np.random.default_rng(seed)
+    n, k = 4, 2
+    inst = Instance(job_ids=tuple(f"j{i}" for i in range(n)), gpu_types=("a", "b"), throughput=rng.uniform(0.5, 3.0, (n, k)),
+                    scale_factor=rng.choice([1, 2], n).astype(float), weight=rng.choice([1.0, 2.0], n),
+                    capacity=np.array([2.0, 2.0]), steps_remaining=np.full(n, 1e4), elapsed_time=np.zeros(n),
+                    attained_service=np.zeros(n), arrival_time=np.zeros(n))
+    scaled = dataclasses.replace(inst, weight=inst.weight * scale)
+    alloc = solve_instance(scaled, "hadar", solver="highs")
+    assert alloc.status == "optimal" and alloc.gpu_counts.sum() > 0
+    assert alloc.objective == pytest.approx(hadar_brute_force(inst) * scale, rel=1e-6)
 
 
 def test_hadar_lets_a_job_span_types_when_no_single_type_fits():

@@ -244,3 +244,20 @@ def test_the_python_api_solves_with_the_clis_default_solver():
 
     assert inspect.signature(optsched.solve).parameters["solver"].default == \
         inspect.signature(policy.solve).parameters["solver"].default == "auto"
+
+
+@pytest.mark.parametrize("solver", ["auto", "ipm", "highs"])
+@pytest.mark.parametrize("policy", ["max_min_fairness", "max_min_fairness_water_filling"])
+def test_weights_1e9_and_1e_9_side_by_side_still_solve(solver, policy):
+    """1e18 between two weights in one matrix: every solver gave up and a simulation ran the
+    equal-share fallback. The tiny weight counts as 1e-12 of the largest in the program."""
+    T = np.array([[2.0, 1.0], [1.5, 0.5]])
+    inst = Instance(job_ids=("a", "b"), gpu_types=("v100", "k80"), throughput=T, scale_factor=np.ones(2),
+                    weight=np.array([1e9, 1e-9]), capacity=np.array([1.0, 1.0]), steps_remaining=np.full(2, 1e4),
+                    elapsed_time=np.zeros(2), attained_service=np.zeros(2), arrival_time=np.zeros(2))
+    alloc = solve_instance(inst, policy, solver=solver)
+    assert alloc.status == "optimal", alloc.status
+    X = alloc.fractions
+    assert (X.sum(axis=1) <= 1 + 1e-7).all() and (X.sum(axis=0) <= 1 + 1e-7).all()
+    # the weight-1e9 job sets the level; with it alone on the faster type the objective is its share there
+    assert alloc.objective == pytest.approx(normalized_throughput(inst)[0] @ X[0], rel=1e-6)
