@@ -4,6 +4,7 @@ against cvxpy, determinism, bad input and the CLI."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -335,3 +336,13 @@ def test_an_elastic_job_wider_than_the_cluster_is_named_by_its_width(peer_data, 
     path.write_text("name,time,application,num_replicas,batch_size\ndeepspeech2-3,262,deepspeech2,12,640\n")
     with pytest.raises(OptschedError, match=r"can never run: needs 12 GPUs of one type; the cluster has 8 gpu"):
         simulate(path, "gpu=8", policy="tiresias")
+
+
+@pytest.mark.parametrize("name", ["", "..", "../pollux", "profiles/cifar10"])
+def test_an_application_name_is_one_profile_folder(peer_data, tmp_path, name):
+    """An empty application loaded the profiles' root ("no validation-*.csv curves in ..."),
+    and a path reached outside it; both are unknown applications, named by their row."""
+    path = tmp_path / "w.csv"
+    path.write_text(f"name,time,application,num_replicas,batch_size\nj1,0,{name},1,128\n")
+    with pytest.raises(OptschedError, match=rf"row 2: no goodput profile for application {re.escape(repr(name))}"):
+        simulate(path, "gpu=4")

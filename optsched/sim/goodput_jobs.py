@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
 
@@ -307,7 +308,8 @@ def applications_for(cluster, names, root=None) -> dict:
 
         per_server = dict(zip(types, server_gpus(cluster, types).tolist()))
     for name in sorted(set(names)):
-        if name in skip or not (folder / name).is_dir():
+        # a name is one folder of the profiles ("" or "../x" would load the root or outside it)
+        if name in skip or not name or name in (".", "..") or Path(name).name != name or not (folder / name).is_dir():
             continue
         key = (str(folder), types, name)
         if key not in _APPS:

@@ -35,7 +35,9 @@ in one loop of stages (optsched/sim/stages.py), each round in this order:
 
 Idle stretches (no active job) are skipped in one step. The loop stops when
 every job has finished, or when every job of ``window`` has (steady-state
-measurement, as Gavel's ``jobs_to_complete``), or at ``max_time``.
+measurement, as Gavel's ``jobs_to_complete``), or at the first round boundary
+at or after ``max_time`` (as Gavel's simulator: the round under way when
+``max_time`` passes runs to its end, and what finishes in it counts).
 Deterministic given the seed (the allocator's tie breaks use it).
 """
 
@@ -93,7 +95,7 @@ class SimConfig:
     aggregate: bool = True
     seed: int = 0
     window: tuple[int, int] | None = None  # [start, end) indices in arrival order
-    max_time: float | None = None
+    max_time: float | None = None  # no round starts at or after it (the last one may end past it)
     skip_unrunnable: bool = False
     packing: bool = False  # space sharing with the throughput table's pair throughputs
     max_partners: int = 8  # packing: candidate partners per job
