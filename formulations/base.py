@@ -76,12 +76,12 @@ def base_lp(inst: Instance, packing: Packing | None = None, **arrays) -> BlockLP
                    pairs=pairs, **arrays)
 
 
-def weight_unit(w: np.ndarray) -> float:
-    """The scale a max-min program's weights are divided by: their largest when it lies outside
-    [1e-3, 1e3] (weights of 1e9 put the level at 1e-9, under the solvers' absolute tolerances:
-    HiGHS returned an idle cluster, CLARABEL a distorted allocation, both "optimal"), else 1, so
-    programs of ordinary weights are the same numbers as ever."""
-    top = float(np.max(w)) if len(w) else 1.0
+def scale_unit(values: np.ndarray) -> float:
+    """What a program's weights (or objective coefficients) are divided by: their largest when it
+    lies outside [1e-3, 1e3] (weights of 1e9 put max-min's level at 1e-9, under the solvers'
+    absolute tolerances: HiGHS returned an idle cluster, CLARABEL a distorted allocation, both
+    "optimal"), else 1, so programs of ordinary magnitudes are the same numbers as ever."""
+    top = float(np.max(values)) if len(values) else 1.0
     return top if top > 0 and not 1e-3 <= top <= 1e3 else 1.0
 
 
@@ -89,13 +89,22 @@ WEIGHT_SPREAD = 1e-12  # a weight below this fraction of the largest counts as t
 
 
 def program_weights(w: np.ndarray) -> tuple[np.ndarray, float]:
-    """(the weights a max-min program uses, unit): divided by ``weight_unit`` and raised to at
+    """(the weights a max-min program uses, unit): divided by ``scale_unit`` and raised to at
     least WEIGHT_SPREAD of the largest. Weights of 1e9 and 1e-9 side by side put 1e18 in one
     matrix and every solver gave up; the raised weight only asks a tiny job for a 1e-12 share
     where 1e-18 would do, which no round can tell apart."""
-    unit = weight_unit(w)
-    top = float(np.max(w)) if len(w) else 1.0
-    return np.maximum(w, WEIGHT_SPREAD * top) / unit, unit
+    unit = scale_unit(w)
+    return np.maximum(w, WEIGHT_SPREAD * float(np.max(w, initial=0.0))) / unit, unit
+
+
+def at_minimum(values: np.ndarray, rel: float = 1e-5) -> tuple[float, np.ndarray]:
+    """(the least finite-or-not value, mask of the values within ``rel`` of it). Relative to the
+    least value (floored at 1e-6 of the largest magnitude): weight-1e9 shares are ~1e-9, and an
+    absolute tolerance marked every job as a bottleneck."""
+    low = float(np.min(values))
+    finite = np.abs(values[np.isfinite(values)])
+    tol = rel * max(abs(low), 1e-6 * float(np.max(finite, initial=0.0)))
+    return low, values <= low + tol
 
 
 def job_share(A: np.ndarray, X: np.ndarray, packing: Packing | None = None, Y: np.ndarray | None = None) -> np.ndarray:

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from optsched.formulations.base import weight_unit
+from optsched.formulations.base import scale_unit
 from optsched.model import Allocation, Instance
 from optsched.checks import check_flag
 
@@ -56,7 +56,7 @@ def build(inst: Instance, relax: bool = False):
     ]
     # weights relative to the largest when it is outside [1e-3, 1e3]: a lone job of weight 1e-9
     # gained 1e-9, under the MILP's tolerance, and never ran
-    objective = cp.Maximize((inst.weight / weight_unit(inst.weight)) @ z)
+    objective = cp.Maximize((inst.weight / scale_unit(inst.weight)) @ z)
     return cp.Problem(objective, cons), x, a, z
 
 

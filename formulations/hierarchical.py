@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optsched.formulations.base import no_packing
+from optsched.formulations.base import at_minimum, no_packing
 from optsched.formulations.max_min_fairness import normalized_throughput
 from optsched.formulations.water_filling import check_water_fill_options, water_fill
 from optsched.model import Allocation, Instance
@@ -62,6 +62,5 @@ def first_level(inst: Instance, X: np.ndarray, agnostic: bool = False) -> tuple[
     live = w > 0
     if not live.any():
         return float("nan"), np.zeros(0, dtype=int)
-    per = np.where(live, share / np.where(live, w, 1.0), np.inf)
-    level = float(per.min())
-    return level, np.flatnonzero(per <= level + 1e-5 * max(abs(level), 1.0))
+    level, low = at_minimum(np.where(live, share / np.where(live, w, 1.0), np.inf))
+    return level, np.flatnonzero(low)

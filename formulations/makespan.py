@@ -36,11 +36,12 @@ def build(inst: Instance, agnostic: bool = False, packing: bool = False, max_par
     agnostic = check_flag("agnostic", agnostic)
     T = type_blind(inst.throughput) if agnostic else inst.throughput
     pk = packing_pairs(inst, packing, max_partners)
-    live = R > 0
+    # a job that runs nowhere has no row (a snapshot refuses one; a hand-built Instance may hold it)
+    live = (R > 0) & (T.max(axis=1, initial=0.0) > 0)
     if not live.any():
         return Formulation(lp=base_lp(inst, pk, A=np.zeros_like(T)), share=lambda X, Y=None: np.zeros(inst.n),
                            objective=lambda sol: 0.0, packing=pk)
-    best = np.where(live, T.max(axis=1), 1.0)  # > 0 for a live job: it runs somewhere (the snapshot's rule)
+    best = np.where(live, T.max(axis=1), 1.0)  # > 0 for a live job (see live)
     solo = np.where(live, R / best, 0.0)  # D_m
     D = float(solo.max())
     A = np.where(live[:, None], T / best[:, None], 0.0)  # fractions of the job's full speed

@@ -16,7 +16,7 @@ says so. A job with a deadline needs ``steps_total``.
 
 As a block LP: objective C[m, j] = T[m, j] / (thr_m^iso s_m p_j) (divided by
 its largest entry when that lies outside [1e-3, 1e3], as formulations.base's
-weight_unit: prices of 1e4 $/h left a 1e-4 objective that CLARABEL stopped 30 %
+scale_unit: prices of 1e4 $/h left a 1e-4 objective that CLARABEL stopped 30 %
 short of), no z; each live SLO is a share row in fractions of the job's full
 speed, Σ_j (T[m, j] / max_j T[m, j]) X[m, j] ≥ max(rate_m / max_j T[m, j],
 SLO_FLOOR) with rate_m = R_m / (slo_m − now) the required steps/s: coefficients
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optsched.formulations.base import Formulation, base_lp, isolated_throughput, no_packing, weight_unit
+from optsched.formulations.base import Formulation, base_lp, isolated_throughput, no_packing, scale_unit
 from optsched.model import Instance, OptschedError
 from optsched.checks import check_flag
 
@@ -67,7 +67,7 @@ def build(inst: Instance, slo: bool = False, packing: bool = False, with_slos: b
     price = prices(inst)
     A = inst.throughput / isolated_throughput(inst, inst.throughput)[:, None]
     C = A / (inst.scale_factor[:, None] * price[None, :])
-    unit = weight_unit(C.ravel())  # (the program's objective and prices are 1 / unit × the reported ones)
+    unit = scale_unit(C.ravel())  # (the program's objective and prices are 1 / unit × the reported ones)
     B, lower, has_row = np.zeros_like(A), np.zeros(inst.n), np.zeros(inst.n, dtype=bool)
     info: dict = {}
     relaxed = None

@@ -31,7 +31,7 @@ from optsched.formulations.base import (
     heterogeneity_agnostic,
     isolated_throughput,
     no_packing,
-    weight_unit,
+    scale_unit,
 )
 from optsched.model import Instance
 from optsched.checks import check_flag
@@ -73,7 +73,7 @@ def solve_log(lp: BlockLP, w: np.ndarray, time_limit: float) -> BlockSolution:
     V = np.concatenate([G.data, -np.ones(nx), -np.ones(n), -lp.A[m_idx, j_idx]])
     M = sp.csc_matrix((V, (I, J)), shape=(r0 + 3 * n, nx + n))
     b = np.concatenate([b_ub, np.zeros(nx), np.tile([0.0, 1.0, 0.0], n)])
-    unit = weight_unit(w)  # weights of 1e9 (or 1e-9) left the gap test meaningless: 13.4 reported for 0
+    unit = scale_unit(w)  # weights of 1e9 (or 1e-9) left the gap test meaningless: 13.4 reported for 0
     q = np.concatenate([np.zeros(nx), -w / unit])
     cones = [clarabel.NonnegativeConeT(rows_lin + nx)] + [clarabel.ExponentialConeT()] * n
     settings = clarabel.DefaultSettings()

@@ -78,7 +78,7 @@ def class_program(inst: Instance, pc: ClassPairs) -> ClassProgram | None:
     """The classes and admitted class pairs; None when the jobs are not interchangeable
     within a class (a job type packed with itself at two different rates) or are too
     many classes (MAX_CLASSES, MAX_CLASS_PAIRS)."""
-    from optsched.formulations.base import weight_unit
+    from optsched.formulations.base import program_weights
     from optsched.formulations.max_min_fairness import normalized_throughput
 
     key = np.column_stack([pc.labels, inst.throughput, inst.scale_factor, inst.weight])
@@ -86,8 +86,9 @@ def class_program(inst: Instance, pc: ClassPairs) -> ClassProgram | None:
     if len(first) > MAX_CLASSES:
         return None
     members = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])
-    # (weights of 1e9 put the level under the solver's tolerance: scaled as max_min_fairness's program)
-    A = normalized_throughput(inst)[first] * weight_unit(inst.weight)
+    # in max_min_fairness's program weights (weights of 1e9 put the level under the solver's tolerance)
+    w, _ = program_weights(inst.weight)
+    A = (normalized_throughput(inst) * (inst.weight / w)[:, None])[first]
     T, sf, allowed = inst.throughput[first], inst.scale_factor[first], inst.available[first]
     a, b = np.triu_indices(len(first))
     keep = (sf[a] == sf[b]) & ((a != b) | (counts[a] >= 2))
@@ -205,7 +206,7 @@ def solve_packed_classes(inst: Instance, pc: ClassPairs, time_limit: float = 60.
     class program does not apply or is not solved (the caller then takes the per-job path)."""
     import time
 
-    from optsched.formulations.base import job_share, weight_unit
+    from optsched.formulations.base import job_share, program_weights
     from optsched.formulations.max_min_fairness import normalized_throughput
     from optsched.policy import _packed_result, clean_packed_fractions, explain
     from optsched.solvers.lp import solve_lp
@@ -228,7 +229,7 @@ def solve_packed_classes(inst: Instance, pc: ClassPairs, time_limit: float = 60.
     X, Y = clean_packed_fractions(X, Y, inst, pk)
     share = job_share(normalized_throughput(inst), X, pk, Y)
     prices = None if sol.dual_ub is None else (  # (as solve_packed reads them), in the level's reported unit
-        np.maximum(sol.dual_ub[2 * len(cp.first):], 0.0) / weight_unit(inst.weight))
+        np.maximum(sol.dual_ub[2 * len(cp.first):], 0.0) / program_weights(inst.weight)[1])
     explanation = explain(inst, X, share, prices, float(share.min()))
     explanation["job_classes"] = int(len(cp.first))
     explanation["class_pairs"] = int(len(cp.q))

@@ -426,8 +426,8 @@ def explain(inst: Instance, X: np.ndarray, share: np.ndarray, prices, objective)
         p[p < PRICE_NOISE * scale] = 0.0
         out["gpu_price"] = {t: float(v) for t, v in zip(inst.gpu_types, p)}
     if share is not None and len(share):
-        low = float(np.min(share))
-        # relative: shares of weight-1e9 jobs are ~1e-9 and an absolute 1e-5 marked every job
-        tol = 1e-5 * max(abs(low), 1e-6 * float(np.max(np.abs(share[np.isfinite(share)]), initial=0.0)))
-        out["bottleneck_jobs"] = [jid for jid, s in zip(inst.job_ids, share) if s <= low + tol]
+        from optsched.formulations.base import at_minimum
+
+        _, low = at_minimum(np.asarray(share, dtype=float))
+        out["bottleneck_jobs"] = [jid for jid, at in zip(inst.job_ids, low) if at]
     return out

@@ -595,3 +595,12 @@ def test_makespan_prices_are_seconds_saved_per_gpu(solver):
         cap[j] += 1e-3
         more = solve_instance(dataclasses.replace(inst, capacity=cap), "makespan", solver="highs-simplex")
         assert alloc.explanation["gpu_price"][t] == pytest.approx((alloc.objective - more.objective) / 1e-3, rel=1e-3)
+
+
+def test_makespan_with_a_job_that_runs_nowhere_solves_the_others():
+    """A hand-built Instance may hold a job with no throughput anywhere (snapshots refuse it):
+    R / 0 made the program NaN and CLARABEL fell back. It has no row; the others' makespan stands."""
+    inst = tiny([[1.0], [1.0], [0.0]], [1], steps_remaining=[100.0, 300.0, 50.0])
+    alloc = solve_instance(inst, "makespan")
+    assert alloc.status == "optimal" and alloc.objective == pytest.approx(400.0, rel=1e-7)
+    assert alloc.fractions[2].sum() == 0

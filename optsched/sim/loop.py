@@ -346,12 +346,10 @@ def simulate_jobs(
             continue
         if ls.stalled >= STALL_ROUNDS and ls.next_arrival >= n:  # nothing can change any more: say so now
             raise OptschedError(f"simulate: no job progressed in {ls.stalled:,} rounds (t = {ls.now:,.0f} s, "
-                                f"{len(ls.active):,} job(s) unfinished, no arrivals left): they stopped progressing "
-                                "(a policy that leaves them without GPUs, or a progress_rate of 0)")
+                                f"{len(ls.active):,} job(s) unfinished, no arrivals left): {STOPPED}")
         if len(rounds) >= MAX_ROUNDS:  # the up-front bound assumes progress; a policy or rate giving none loops
             raise OptschedError(f"simulate: the run reached the limit of {MAX_ROUNDS:,} rounds at t = {ls.now:,.0f} s "
-                                f"with {len(ls.active):,} job(s) unfinished: they stopped progressing "
-                                "(a policy that leaves them without GPUs, or a progress_rate of 0)")
+                                f"with {len(ls.active):,} job(s) unfinished: {STOPPED}")
         if ls.view is None:
             ls.view = ActiveSet.of(jobs, ls.active, config.packing, config.max_partners)
 
@@ -412,6 +410,7 @@ def simulate_jobs(
 # Consecutive rounds without any progress or completion, with no arrival left, after which a
 # run is stuck for good (it used to take the 100,000-round limit, ~45 s, to say so).
 STALL_ROUNDS = 1000
+STOPPED = "they stopped progressing (a policy that leaves them without GPUs, or a progress_rate of 0)"
 
 POLLUX_TIRESIAS_THRESHOLD = 16 * 3600.0  # GPU-seconds, the Pollux simulator's Tiresias (2 queues)
 
