@@ -10,7 +10,7 @@ and the program without its time rows (a relaxation: where IPX's time goes):
 
     python bench/packing_solvers.py                   # 10,000 jobs × 3 types (~3 min)
     python bench/packing_solvers.py --jobs 2000       # smaller and quicker
-    python bench/packing_solvers.py --slow            # adds CLARABEL (> 5 min at 10,000)
+    python bench/packing_solvers.py --slow            # adds CLARABEL and GLOP (minutes each at 10,000)
 
 Every row reports its objective; restricted rows (a subset of the pairs) are
 feasible for the all-pairs program, so their loss is against the all-pairs
@@ -67,6 +67,39 @@ def _timed(backend: str, c, A, b, lb, ub, options=None, limit=600.0):
     else:
         sol = solve_lp(c, A, b, lb=lb, ub=ub, backend=backend, time_limit=limit, highs_options=options)
     return sol, time.perf_counter() - t
+
+
+def _glop(c, A, b, lb, ub, limit: float = 600.0):
+    """OR-Tools GLOP (its dual simplex) on the program, handed over as an MPS file: (objective, status, seconds)."""
+    import os
+    import tempfile
+
+    import highspy
+    from ortools.linear_solver.python import model_builder as mb
+
+    A = A.tocsc()
+    inf = highspy.kHighsInf
+    model = highspy.HighsLp()
+    model.num_col_, model.num_row_ = A.shape[1], A.shape[0]
+    model.col_cost_ = c
+    model.col_lower_, model.col_upper_ = np.nan_to_num(lb, neginf=-inf), np.nan_to_num(ub, posinf=inf)
+    model.row_lower_, model.row_upper_ = np.full(A.shape[0], -inf), b
+    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    model.a_matrix_.start_, model.a_matrix_.index_, model.a_matrix_.value_ = A.indptr, A.indices, A.data
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.passModel(model)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "master.mps")
+        h.writeModel(path)
+        m = mb.Model()
+        m.import_from_mps_file(path)
+    solver = mb.Solver("glop")
+    solver.set_time_limit_in_seconds(limit)
+    t = time.perf_counter()
+    status = solver.solve(m)
+    sec = time.perf_counter() - t
+    return -solver.objective_value, status.name.lower(), sec
 
 
 def _ortools_pdlp(c, A, b, lb, ub, eps: float):
@@ -178,7 +211,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--slow", action="store_true", help="also CLARABEL on the CG start (minutes at 10,000)")
+    ap.add_argument("--slow", action="store_true", help="also CLARABEL and OR-Tools GLOP on the CG start (minutes at 10,000)")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -206,6 +239,10 @@ def main() -> None:
         label=", tol 1e-4, repaired")
     if args.slow:
         row("CG start", "clarabel", start)
+        c, A, b, lb, ub, _ = _matrix(lp, start)
+        value, status, sec = _glop(c, A, b, lb, ub)
+        rows.append(("CG start", "OR-Tools GLOP", f"{A.shape[1]:,}", sec, value, status))
+        print(f"  CG start: GLOP {sec:.2f} s, objective {value:.6f} ({status})", flush=True)
     # The optimal support: pairs the all-pairs solution packs.
     ny = int(every.sum())
     Y = np.zeros((ny, k))

@@ -201,6 +201,50 @@ def test_bench_cli_table_csv_and_compare(tmp_path):
     assert r.exit_code == 2
 
 
+@pytest.mark.parametrize("text, says", [
+    ("a,b\n1,2\n", "not an optsched bench CSV (no case, total_s, objective column)"),
+    ("case,total_s,objective\nx,fast,1\n", "row 2 ('x'): total_s and objective must be numbers, got 'fast', '1'"),
+    (b"\xff\xfe", "cannot read"),
+])
+def test_bench_compare_refuses_a_wrong_file_before_running(tmp_path, text, says):
+    """A wrong --compare file is refused before the bench runs (it used to print an
+    empty table, or a traceback, after minutes of cases)."""
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+
+    old = tmp_path / "old.csv"
+    old.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = CliRunner().invoke(app, ["bench", "--only", "allocator/1000jobs", "--compare", str(old)])
+    assert r.exit_code == 2 and "--compare:" in r.output and says in r.output, r.output
+    assert "allocator/1000jobs" not in r.output  # no case ran
+
+
+@pytest.mark.parametrize("where, says", [("folder", "is a folder, not a file"), ("missing/x.csv", "does not exist")])
+def test_bench_refuses_an_unwritable_csv_before_running(tmp_path, where, says):
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+
+    (tmp_path / "folder").mkdir()
+    r = CliRunner().invoke(app, ["bench", "--only", "allocator/1000jobs", "--csv", str(tmp_path / where)])
+    assert r.exit_code == 2 and "--csv:" in r.output and says in r.output, r.output
+    assert "allocator/1000jobs" not in r.output
+
+
+def test_bench_compare_says_when_no_case_matches(tmp_path):
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+
+    old = tmp_path / "old.csv"
+    old.write_text("# cores=2\ncase,total_s,objective\nother/case,1.0,\n")
+    r = CliRunner().invoke(app, ["bench", "--quick", "--only", "allocator", "--repeat", "1", "--no-memory",
+                                 "--compare", str(old)])
+    assert r.exit_code == 0, r.output
+    assert "no case of this run is in" in r.output and "(it has 1 case)" in r.output
+
+
 def test_packing_round_of_job_types_is_the_every_pair_optimum(peer_data):
     """The bench's simulated packing round (Gavel's 26 job types): the class program's
     objective equals the per-job program over every pair of the round's jobs, and beats

@@ -411,22 +411,39 @@ def _csv_cell(v):
     return v
 
 
-def read_csv(path: str) -> dict[str, dict]:
-    with open(path, newline="") as f:
-        lines = [ln for ln in f if not ln.startswith("#")]
-    return {r["case"]: r for r in csv.DictReader(lines)}
+def read_csv(path: str) -> dict[str, tuple[float, float]]:
+    """An earlier run's CSV as {case: (total seconds, objective)} (NaN where empty).
+    Read before the bench runs, so a wrong file is refused (OptschedError naming
+    ``--compare``) before minutes of work, not after."""
+    from optsched.model import OptschedError
+
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            lines = [ln for ln in f if not ln.startswith("#")]
+    except (OSError, UnicodeDecodeError) as e:
+        raise OptschedError(f"--compare: cannot read {path}: {e}") from None
+    reader = csv.DictReader(lines)
+    missing = [c for c in ("case", "total_s", "objective") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise OptschedError(f"--compare: {path} is not an optsched bench CSV (no {', '.join(missing)} column)")
+    out = {}
+    for line, r in enumerate(reader, start=2):
+        try:
+            out[r["case"]] = tuple(float(r[c]) if r[c] else float("nan") for c in ("total_s", "objective"))
+        except (TypeError, ValueError):
+            raise OptschedError(f"--compare: {path}: row {line} ({r['case']!r}): total_s and objective must be "
+                                f"numbers, got {r['total_s']!r}, {r['objective']!r}") from None
+    return out
 
 
-def compare(rows: list[BenchRow], old_path: str) -> list[tuple[str, float, float, float, float, float]]:
-    """(case, old total, new total, old/new, old objective, new objective) for cases in both runs."""
-    old = read_csv(old_path)
+def compare(rows: list[BenchRow], old: dict[str, tuple[float, float]]) -> list[tuple[str, float, float, float, float, float]]:
+    """(case, old total, new total, old/new, old objective, new objective) for cases in both runs
+    (``old`` from ``read_csv``)."""
     out = []
     for r in rows:
-        o = old.get(r.case)
-        if o is None:
+        if r.case not in old:
             continue
-        ot = float(o["total_s"]) if o["total_s"] else float("nan")
-        oo = float(o["objective"]) if o["objective"] else float("nan")
+        ot, oo = old[r.case]
         out.append((r.case, ot, r.total_s, ot / r.total_s if r.total_s > 0 else float("nan"), oo, r.objective))
     return out
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from optsched.cli.common import app, console, user_errors
+from optsched.cli.common import app, console, output_file, user_errors
 from optsched.model import OptschedError
 
 
@@ -30,13 +30,16 @@ def bench(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from optsched.bench.runner import CASES_FULL, CASES_QUICK, Context, compare, fmt, fmt_g, machine, run_cases, write_csv
+    from optsched.bench.runner import (CASES_FULL, CASES_QUICK, Context, compare, fmt, fmt_g, machine, read_csv, run_cases,
+                                       write_csv)
 
     from optsched.cli.limits import check_bench
 
     check_bench(repeat, seed)
     if compare_to is not None and not compare_to.is_file():
         raise OptschedError(f"--compare: no such file: {compare_to}")
+    old_run = read_csv(str(compare_to)) if compare_to is not None else None
+    output_file(csv_out, "--csv")
     cases = CASES_QUICK if quick else CASES_FULL
     if only:
         cases = [c for c in cases if only in c.key]
@@ -83,8 +86,13 @@ def bench(
                   caption=f"earlier run: {compare_to}", header_style="bold")
         for col in ("case", "old s", "new s", "ratio", "old objective", "new objective", "note"):
             c.add_column(col, justify="left" if col in ("case", "note") else "right")
-        for case, ot, nt, ratio, oo, no in compare(rows, str(compare_to)):
+        paired = compare(rows, old_run)
+        for case, ot, nt, ratio, oo, no in paired:
             differs = oo == oo and no == no and abs(oo - no) > 1e-6 * max(abs(oo), abs(no), 1e-12)
             c.add_row(case, fmt(ot), fmt(nt), f"{ratio:.2f}×" if ratio == ratio else "–", fmt_g(oo), fmt_g(no),
                       "objective differs: another instance (seed?) or solution" if differs else "")
-        console.print(c)
+        if paired:
+            console.print(c)
+        else:
+            n_old = len(old_run)
+            console.print(f"--compare: no case of this run is in {compare_to} (it has {n_old} case{'s' * (n_old != 1)})")

@@ -213,6 +213,21 @@ def _one_line(msg: str) -> str:
     return escape(" ".join(msg.split()))
 
 
+def output_file(path, flag: str):
+    """Refuse, before any work, an output file that could not be written at the end:
+    a folder, or a file in a folder that does not exist."""
+    from pathlib import Path
+
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        raise OptschedError(f"{flag}: {path} is a folder, not a file")
+    if not path.parent.is_dir():
+        raise OptschedError(f"{flag}: folder {path.parent} does not exist")
+    return path
+
+
 def output_folder(path, flag: str = "--out"):
     """Create the output folder before any work (a run's results must not be
     lost to a bad --out at the end): a one-line error if it is a file, lies
