@@ -92,6 +92,10 @@ def speed(inst: Instance, x: np.ndarray) -> np.ndarray:
     return np.where(used.any(axis=1), np.where(used, inst.throughput, np.inf).min(axis=1), 0.0)
 
 
+# What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
+IMPORTS = ("cvxpy", "highspy")
+
+
 def allocate(inst: Instance, policy: str = "hadar", solver: str = "highs", time_limit: float = 60.0,
              force_fallback: bool = False, **_) -> Allocation:
     from optsched.solvers import solve as run

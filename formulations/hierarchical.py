@@ -37,6 +37,10 @@ def tenant_weights(inst: Instance):
     return weights
 
 
+# What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
+IMPORTS = ("optsched.solvers.lp", "clarabel", "highspy")
+
+
 def allocate(
     inst: Instance,
     policy: str = "max_min_fairness_hierarchical",

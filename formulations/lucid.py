@@ -73,6 +73,10 @@ def bind_pairs(weights: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(r, c) if weights[a, b] > 0]
 
 
+# What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
+IMPORTS = ("scipy.optimize", "optsched.predict.models")
+
+
 def allocate(inst: Instance, policy: str = "lucid", solver: str = "auto", time_limit: float = 60.0,
              predictor=None, profile_gpus: int | None = None, profile_minutes: float = 5.0, ageing: bool = False,
              age_seconds: float = 4 * 3600.0, binding: bool = True, explain: bool | None = None, **_) -> Allocation:

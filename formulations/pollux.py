@@ -99,6 +99,10 @@ def utilities(speedup: np.ndarray, p: float) -> np.ndarray:
     return s ** p - EPS ** p
 
 
+# What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
+IMPORTS = ("optsched.solvers.lp", "highspy")
+
+
 def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time_limit: float = 60.0,
              p: float = -1.0, restart_penalty: bool = True, agnostic: bool | None = None,
              force_fallback: bool = False, **_) -> Allocation:

@@ -285,6 +285,12 @@ OPTIONS_ONLY_FOR = {
 }
 
 
+
+def imports(options: dict) -> tuple[str, ...]:
+    """What allocate() imports with these options, loaded (and timed as import_seconds)
+    before its timer (optsched/policy.py): the Gittins prior is a CSV read by pandas."""
+    return ("pandas",) if options.get("discretization") == "gittins" else ()
+
 def allocate(
     inst: Instance,
     policy: str = "fifo",

@@ -27,6 +27,10 @@ from optsched.model import Allocation, Instance
 from optsched.checks import check_flag
 
 
+# What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
+IMPORTS = ("optsched.predict.models",)
+
+
 def allocate(inst: Instance, policy: str = "qssf", solver: str = "auto", time_limit: float = 60.0,
              predictor=None, preemptive: bool = False, agnostic: bool = False, explain: bool | None = None,
              **_) -> Allocation:

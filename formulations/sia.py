@@ -47,6 +47,10 @@ def utilities(inst: Instance, G: np.ndarray, current: np.ndarray, p: float, lamb
     return np.where(feasible, inst.weight[:, None] * U, 0.0), Gn
 
 
+# What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
+IMPORTS = ("optsched.solvers.lp", "highspy")
+
+
 def allocate(inst: Instance, policy: str = "sia", solver: str = "highs", time_limit: float = 60.0,
              p: float = -0.5, lambda_n: float = 1.1, restart_penalty: bool = True,
              force_fallback: bool = False, **_) -> Allocation:

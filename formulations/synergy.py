@@ -71,6 +71,10 @@ def _value(lines, x: float) -> float:
     return min(a * x + b for a, b in lines)
 
 
+# What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
+IMPORTS = ("scipy.optimize",)
+
+
 def allocate(inst: Instance, policy: str = "synergy", solver: str = "auto", time_limit: float = 60.0,
              base: str = "fifo", **_) -> Allocation:
     from scipy.optimize import linprog

@@ -55,6 +55,10 @@ STUCK_DUAL = 1e-3
 FREEZE_MARGIN = 1e-6  # relative: a level read off an LP is frozen this much below the solver's (see _lp_round)
 
 
+# What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
+IMPORTS = ("optsched.solvers.lp", "clarabel", "highspy")
+
+
 def allocate(
     inst: Instance,
     policy: str = "max_min_fairness_water_filling",

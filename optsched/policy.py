@@ -11,6 +11,7 @@ Nothing on this path imports cvxpy.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import logging
@@ -20,6 +21,7 @@ import numpy as np
 
 from optsched.model import Allocation, Instance, OptschedError, Snapshot, parse_snapshot
 from optsched.solvers import SOLVERS, block_backend, solver_name
+from optsched.solvers.block_lp import load_modules, preload
 
 POLICIES: dict[str, tuple[str, dict]] = {
     # Fractional policies over the throughput matrix (formulations/*.py).
@@ -60,6 +62,10 @@ POLICIES: dict[str, tuple[str, dict]] = {
 }
 
 DEFAULT_POLICY = "max_min_fairness"
+# Policies whose program reads every job's steps left (a job without steps_total is refused).
+NEEDS_STEPS = frozenset({"srtf", "makespan", "makespan_agnostic", "finish_time_fairness",
+                         "finish_time_fairness_agnostic"})
+COST_POLICIES = frozenset({"min_cost", "min_cost_slo"})  # a price per hour for every GPU type
 
 # Policies whose allocation reads per-round state (attained service, waiting
 # time, goodput fits, running configurations, predicted remaining work): every
@@ -212,17 +218,23 @@ def solve_instance(
 
     if time_limit != float("inf"):  # (inf: no limit; 0, -1 and nan ran as "optimal")
         check_number("time_limit", time_limit, 0.0, lo_open=True, unit="s")
+    imports = time.perf_counter()
     mod, opts = _module(policy)
+    imports = time.perf_counter() - imports
     unknown = unknown_options(policy, options)
     if unknown:  # (a TypeError from the formulation before)
         takes = ", ".join(sorted(_option_names(entry_point(mod)))) or "none"
         raise OptschedError(f"{unknown[0]}: not an option of policy {policy} (it takes: {takes})")
     opts.update(options)
+    imports += load_modules(policy_imports(mod, opts))
     if hasattr(mod, "allocate"):
         if inst.n == 0:
             return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
-        return finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
-    return solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, **opts)
+        alloc = finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
+    else:
+        alloc = solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, **opts)
+    # The policy's module and what its solve imports (IMPORTS), loaded before any timer: a cold process.
+    return dataclasses.replace(alloc, import_seconds=alloc.import_seconds + imports) if imports else alloc
 
 
 PLUMBING = frozenset({"inst", "policy", "solver", "time_limit"})  # what solve_instance passes itself
@@ -252,15 +264,48 @@ def _option_names(fn) -> frozenset | None:
     return frozenset(p.name for p in params if p.name not in PLUMBING)
 
 
+def policy_imports(mod, options: dict) -> tuple[str, ...]:
+    """The modules a policy's solve imports (``imports(options)`` or ``IMPORTS`` of its
+    module): solve_instance loads them before any timer, so a cold process reports
+    them as import_seconds instead of solve time."""
+    fn = getattr(mod, "imports", None)
+    return tuple(fn(options)) if callable(fn) else tuple(getattr(mod, "IMPORTS", ()))
+
+
+def check_job_inputs(policy: str, jobs, where: str = "jobs") -> None:
+    """The fields ``policy`` needs of each job (dicts or objects with ``id``,
+    ``steps_total``, ``slo``), refused when a job arrives or changes rather than as
+    a failure of every later round (a service session). ``where=""``: one job, its
+    fields named bare (a PATCH body)."""
+    for i, j in enumerate(jobs):
+        get = j.get if isinstance(j, dict) else (lambda k, _j=j: getattr(_j, k, None))
+        field = f"{where}[{i}].steps_total" if where else "steps_total"
+        if get("steps_total") is None and policy in NEEDS_STEPS:
+            raise OptschedError(f"{field}: policy {policy} needs the total steps of every job "
+                                f"(job {get('id')!r} has none)")
+        if get("steps_total") is None and get("slo") is not None and policy == "min_cost_slo":
+            raise OptschedError(f"{field}: job {get('id')!r} has an SLO, which needs its total steps")
+
+
+def check_prices_for(policy: str, gpu_types, price_per_hour: dict | None, field: str = "cluster.price_per_hour") -> None:
+    """A cost policy needs a price for every GPU type (one line naming the first missing)."""
+    if policy in COST_POLICIES:
+        missing = [t for t in gpu_types if t not in (price_per_hour or {})]
+        if missing:
+            raise OptschedError(f"{field}[{missing[0]!r}]: policy {policy} needs a price for every GPU type "
+                                f"(missing: {', '.join(missing)})")
+
+
 def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
     """Procedures (water filling, priority orders) return raw fractions: clean
     them like a program's and give them the same explanation keys (capacity
     use, share vs equal share); the procedure's own keys win. Allocations with
     GPU counts or pairs are the procedure's responsibility and pass unchanged."""
-    import dataclasses
-
     if alloc.status.startswith("fallback"):  # as a program's fallback is: a warning on the log
         log.warning("%s: %s", alloc.policy, alloc.status)
+    if alloc.build_seconds == alloc.solver_seconds == alloc.decode_seconds == 0.0:
+        # A procedure that does not split its time: all of it is its "solver" (build + solver + decode = solve).
+        alloc = dataclasses.replace(alloc, solver_seconds=alloc.solve_seconds)
     if alloc.gpu_counts is not None or len(alloc.pairs) or alloc.fractions.shape != (inst.n, inst.k):
         return alloc
     t0 = time.perf_counter()
@@ -284,6 +329,7 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
                              build_seconds=build_seconds)
     # auto: HiGHS IPM when pair columns couple the jobs, else block_lp's size rule (measured: solvers/__init__.py).
     backend = block_backend(solver, form.lp.pairs is not None)
+    preloaded = preload(form.lp, backend)  # (a formulation's own loop of solves would time its imports)
     sol = form.solve(backend, time_limit, warm=warm)
     solver_seconds = sol.seconds
     relaxed_note = ""
@@ -318,7 +364,7 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
     if pk is not None and Y is not None:
         thr, packed = _packed_result(inst, pk, X, Y, explanation)
     t3 = time.perf_counter()
-    imports = float(sol.info.get("import_seconds", 0.0))  # a cold process loading the backend: reported apart
+    imports = float(sol.info.get("import_seconds", 0.0)) + preloaded  # a cold process loading the backend
     return Allocation.of(inst, policy, X, status, objective, t3 - t0 - imports, thr, explanation,
                          build_seconds=build_seconds, solver_seconds=solver_seconds, decode_seconds=t3 - t2,
                          import_seconds=imports, **packed)

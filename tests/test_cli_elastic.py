@@ -64,3 +64,17 @@ def test_compare_takes_a_workload(peer_data, tmp_path):
     out = json.loads(res.stdout)
     assert set(out) == {"pollux", "sia", "max_min_fairness"}
     assert all(s["jobs_completed"] == 4 for s in out.values())
+
+
+def test_cluster_type_alone_names_the_default_servers_gpus_on_a_workload(peer_data, tmp_path):
+    """README: Pollux/Sia workloads default to --servers 16x4, of type `gpu` unless --cluster
+    names it; `--cluster v100` alone was refused as 'not TYPE=COUNT'."""
+    small, path = _small(peer_data, tmp_path, n=3)
+    res = CliRunner().invoke(app, ["simulate", str(path), "--format", "pollux", "--policy", "pollux",
+                                   "--cluster", "v100", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert set(summary["utilization"]) == {"v100"} and summary["jobs_completed"] == len(small)
+    # A rigid trace has no default servers: a type alone is still refused, saying what it means.
+    res = CliRunner().invoke(app, ["simulate", "--cluster", "v100"])
+    assert res.exit_code == 2 and "a type alone names the GPUs of --servers" in res.output

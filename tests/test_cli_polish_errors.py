@@ -3,6 +3,8 @@ keywords (queue, type_order) become the command's flags (--queue, --type-order).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -138,3 +140,31 @@ def test_a_path_that_cannot_be_opened_is_named_by_its_argument(tmp_path):
     res = runner.invoke(app, ["trace", "generate", str(out)])
     assert res.exit_code == 2
     assert (res.stderr or res.output).strip() == f"error: output {out}: no such file or directory"
+
+
+def test_placement_policy_without_placement_is_refused():
+    """`solve --placement-policy cpsat` without --placement was ignored (exit 0, no placement)."""
+    res = CliRunner().invoke(app, ["solve", "--placement-policy", "cpsat"])
+    assert res.exit_code == 2 and "--placement-policy: only applies with --placement" in res.output
+    res = CliRunner().invoke(app, ["solve", "--placement", "--placement-policy", "first_fit", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["placement"]
+
+
+def test_python_simulate_names_a_misspelled_option_and_the_known_ones():
+    """It raised 'SimConfig.__init__() got an unexpected keyword argument', naming an internal class."""
+    import optsched
+    from optsched.model import OptschedError
+
+    with pytest.raises(OptschedError, match=r"^simulate: unknown option 'round_lenght' \(did you mean 'round_length'\?\); "
+                                            r"options: .*\bround_length\b.*\bseed\b"):
+        optsched.simulate(None, "v100=4", round_lenght=5)
+
+
+def test_a_root_option_after_the_command_says_where_it_goes():
+    """`optsched solve --log-level info` said 'No such option (Possible options: --solver)'."""
+    res = CliRunner().invoke(app, ["solve", "--log-level", "info"])
+    assert res.exit_code == 2
+    assert "--log-level is an option of optsched itself: put it before the command" in res.output
+    res = CliRunner().invoke(app, ["solve", "--no-such-flag"])
+    assert res.exit_code == 2 and "No such option: --no-such-flag" in res.output

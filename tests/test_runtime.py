@@ -396,3 +396,19 @@ def test_slot_speed_emulates_a_slower_type_and_the_runtime_measures_it(tmp_path)
     thr = res.summary["throughput_by_type"]
     assert thr["slow"] < 0.8 * thr["fast"], thr  # 0.5 on an idle machine
     assert_no_slot_shared(res)
+
+
+def test_a_job_that_exits_with_an_error_reports_its_last_output_line(tmp_path):
+    """A workload that refused its arguments (exit code 2, no progress.json) was
+    reported as just 'exit code 2'; the reason was only in a temporary folder."""
+    import sys
+
+    run_dir = str(tmp_path / "run")
+    script = tmp_path / "refuse.py"
+    script.write_text("import sys\nprint('starting')\nsys.exit('error: unrecognized arguments: --wrk 1')\n")
+    jobs = [RunJob("bad", 0.0, 10, (sys.executable, str(script))), regression_job("ok", 200)]
+    res = run(jobs, "local", cluster="slot=1", round_length=1.0, run_dir=run_dir, max_time=30)
+    by = res.jobs.set_index("job_id")
+    assert by.loc["bad", "status"] == "failed"
+    assert by.loc["bad", "error"] == "exit code 1: error: unrecognized arguments: --wrk 1"
+    assert_full_progress(res, run_dir, ["ok"])

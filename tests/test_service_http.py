@@ -443,3 +443,31 @@ def test_the_client_refuses_nan_and_an_empty_job_id_as_the_session_does():
 
         with pytest.raises(NotFoundError):
             RemoteSession(c, "s1").job("")
+
+
+def test_a_client_that_leaves_before_a_response_is_logged_499_not_500(caplog):
+    """The access log said 500 when a client disconnected mid-body, though no 500 was sent."""
+    import asyncio
+    import logging
+
+    from optsched.service.app import _AccessLog
+
+    async def app(scope, receive, send):  # reads the body; the client is gone: returns without a response
+        await receive()
+
+    async def failing(scope, receive, send):
+        raise RuntimeError("boom")
+
+    async def receive():
+        return {"type": "http.disconnect"}
+
+    async def send(msg):
+        pass
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/sessions", "client": ("127.0.0.1", 5)}
+    with caplog.at_level(logging.INFO, logger="optsched.service.access"):
+        asyncio.run(_AccessLog(app)(scope, receive, send))
+        with pytest.raises(RuntimeError):
+            asyncio.run(_AccessLog(failing)(scope, receive, send))
+    codes = [r.getMessage().split()[2] for r in caplog.records if r.name == "optsched.service.access"]
+    assert codes == ["499", "500"]

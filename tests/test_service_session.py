@@ -504,3 +504,58 @@ def test_bad_round_and_finish_arguments_are_one_line_optsched_errors(call):
         call(s)
     assert type(err.value) is OptschedError and "\n" not in str(err.value)
     assert s.state() == before
+
+
+# ---------------------------------------------------------------- what a policy needs, checked on arrival
+
+
+@pytest.mark.parametrize("policy", ["makespan", "finish_time_fairness", "srtf", "makespan_agnostic"])
+def test_a_job_without_steps_is_refused_at_submit_when_the_policy_reads_them(policy):
+    """Accepted, it made every later round fail (422) until a client finished the job."""
+    s = Session.create({"cluster": {"gpus": {"v100": 2}}, "policy": policy})
+    with pytest.raises(OptschedError, match=rf"^jobs\[1\]\.steps_total: policy {policy} needs the total steps"):
+        s.submit({"jobs": [{"id": "a", "throughput": {"v100": 1.0}, "steps_total": 100},
+                           {"id": "b", "throughput": {"v100": 1.0}}]})
+    s.submit({"jobs": [{"id": "a", "throughput": {"v100": 1.0}, "steps_total": 100}]})  # the refusal kept nothing
+    with pytest.raises(OptschedError, match=r"^steps_total: policy"):  # nor may a PATCH remove them
+        s.update("a", {"steps_total": None})
+    assert s.next_round()["started"] == ["a"]
+
+
+def test_min_cost_slo_needs_steps_only_of_jobs_with_an_slo():
+    s = Session.create({"cluster": {"gpus": {"v100": 2}, "price_per_hour": {"v100": 3.0}}, "policy": "min_cost_slo"})
+    s.submit({"jobs": [{"id": "a", "throughput": {"v100": 1.0}}]})  # no SLO: no length needed
+    with pytest.raises(OptschedError, match=r"^jobs\[0\]\.steps_total: job 'b' has an SLO"):
+        s.submit({"jobs": [{"id": "b", "throughput": {"v100": 1.0}, "slo": 1000.0}]})
+    with pytest.raises(OptschedError, match=r"^steps_total: job 'a' has an SLO"):
+        s.update("a", {"slo": 1000.0})
+    assert s.next_round()["started"] == ["a"]
+
+
+@pytest.mark.parametrize("prices, missing", [(None, "v100"), ({"v100": 3.0}, "k80")])
+def test_a_cost_policy_session_needs_every_price_at_creation(prices, missing):
+    """A min_cost session without prices was created and could never run a round
+    (a session's cluster cannot change)."""
+    cluster = {"gpus": {"v100": 2, "k80": 2}, **({"price_per_hour": prices} if prices else {})}
+    for policy in ("min_cost", "min_cost_slo"):
+        with pytest.raises(OptschedError, match=rf"^cluster\.price_per_hour\['{missing}'\]: policy {policy} needs a price"):
+            Session.create({"cluster": cluster, "policy": policy})
+    Session.create({"cluster": cluster, "policy": "max_min_fairness"})  # other policies ignore prices
+
+
+def test_pair_rates_with_an_active_partner_are_checked_at_submit():
+    """Only pairs inside one request were checked: a -1 rate with a job submitted
+    earlier was stored and packed on, 1e300 made every solve fall back."""
+    s = Session.create({"cluster": {"gpus": {"v100": 1}}, "packing": True})
+    s.submit({"jobs": [{"id": "a", "throughput": {"v100": 1.0}}]})
+    for bad in ([-1.0, 5.0], [1e300, 1e300]):
+        with pytest.raises(OptschedError, match=r"^jobs\[0\]\.colocated\['a'\]\['v100'\]: rates must be finite"):
+            s.submit({"jobs": [{"id": "b", "throughput": {"v100": 1.0}, "colocated": {"a": {"v100": bad}}}]})
+    s.submit({"jobs": [{"id": "b", "throughput": {"v100": 1.0}, "colocated": {"a": {"v100": [0.8, 0.7]}}}]})
+    out = s.next_round()
+    assert sorted(out["started"]) == ["a", "b"]
+
+
+def test_a_cluster_type_name_that_is_not_unicode_is_refused_at_creation():
+    with pytest.raises(OptschedError, match=r"^cluster\.gpus: not valid Unicode text"):
+        Session.create({"cluster": {"gpus": {"\ud800": 1}}})

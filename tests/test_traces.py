@@ -228,3 +228,14 @@ def test_a_row_longer_than_the_header_is_named_as_such(tmp_path):
     p.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n0,1,0,100,vgg19,10,0,5,6\n")
     with pytest.raises(OptschedError, match=r"row 2: 9 fields where the header has 7$"):
         read_trace(p)
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n"])
+def test_an_empty_trace_says_so_before_format_detection(tmp_path, content):
+    """It said 'cannot detect the format ... pass --format'; with --format, 'empty file'."""
+    import gzip
+
+    for p, data in ((tmp_path / "t.csv", content), (tmp_path / "t.csv.gz", gzip.compress(content))):
+        p.write_bytes(data)
+        with pytest.raises(OptschedError, match=r": empty file$"):
+            read_trace(p)

@@ -19,6 +19,12 @@ FORMAT_HINT = "pass --format (format= in Python)"
 def detect_format(path: str | os.PathLike) -> str:
     p = Path(path)
     first = _first_line(p)
+    if not first:
+        from optsched.traces.csvutil import read_bytes
+
+        head = read_bytes(p, f"trace {p}", 1 << 16)
+        if not head.strip() and len(head) < 1 << 16:  # (as each reader says it; no format to detect)
+            raise OptschedError(f"trace {p}: empty file")
     if p.name.endswith(".trace") or first.count("\t") in (6, 9):
         return "gavel"
     header = {c.strip() for c in first.split(",")}

@@ -116,7 +116,12 @@ class OneLineErrors(TyperGroup):
             typer.echo(e.ctx.get_help() if e.ctx else str(e), err=True)
             sys.exit(e.exit_code)
         except _click_errors.ClickException as e:  # UsageError, BadParameter, NoSuchOption, ...
-            err_console.print(f"[bold red]error:[/] {_one_line(e.format_message())}", highlight=False, soft_wrap=True)
+            msg = e.format_message()
+            own = {o for p in self.params for o in p.opts}
+            if isinstance(e, _click_errors.NoSuchOption) and e.option_name in own and e.ctx is not None:
+                msg = (f"{e.option_name} is an option of optsched itself: put it before the command "
+                       f"(optsched {e.option_name} ... {e.ctx.info_name} ...)")
+            err_console.print(f"[bold red]error:[/] {_one_line(msg)}", highlight=False, soft_wrap=True)
             sys.exit(e.exit_code)
         except _Abort:
             err_console.print("[bold red]error:[/] aborted", highlight=False, soft_wrap=True)

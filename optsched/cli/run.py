@@ -100,11 +100,12 @@ def run_command(
                       _num(r.arrival_time, "{:.1f}"), _num(r.jct), str(r.launches), str(r.preemptions),
                       _num(r.restart_overhead_mean), _num(r.measured_throughput, "{:.0f}"))
         console.print(t)
+        by = s.get("restart_overhead_by_reason", {})  # (none when no job restarted)
         console.print(
             f"completed {s['jobs_completed']}/{s['jobs']}  failed {s['jobs_failed']}  avg JCT {_num(s['avg_jct'])} s  "
             f"makespan {_num(s['makespan'])} s  preemptions {s['preemptions']}  migrations {s['migrations']}\n"
             f"restart overhead {_num(s['restart_overhead_mean'])} s "
-            f"({', '.join(f'{k} {v:.2f}' for k, v in s.get('restart_overhead_by_reason', {}).items())}; "
+            f"({''.join(f'{k} {v:.2f}' + (', ' if i + 1 < len(by) else '; ') for i, (k, v) in enumerate(by.items()))}"
             f"launch → first step "
             f"{_num(s['launch_overhead_mean'])} s, checkpoint + exit {_num(s['stop_latency_mean'])} s)  "
             f"solver {s['solver_seconds']:.3f} s  wall {s['wall_seconds']:.1f} s", highlight=False)

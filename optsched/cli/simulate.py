@@ -128,10 +128,11 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
             trace = sample_philly(trace, sample, seed)
         else:
             trace = trace.head(sample)
-    if cluster is None and servers is None:
+    bare_type = cluster is not None and "=" not in cluster and "," not in cluster  # --cluster v100: the servers' type
+    if servers is None and (cluster is None or bare_type):
         if elastic_rows(trace).all():
             servers = DEFAULT_ELASTIC_SERVERS
-        else:
+        elif cluster is None:
             cluster = DEFAULT_CLUSTER
     return trace, parse_cluster(cluster, servers, prices), table
 

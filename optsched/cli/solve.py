@@ -40,7 +40,7 @@ def solve(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     packing: bool = typer.Option(False, "--packing", help="Allow space sharing (policies that support it)."),
     placement: bool = typer.Option(False, "--placement", help="Also compute the next round's GPU placement."),
-    placement_policy: str = typer.Option("consolidated", "--placement-policy", help="consolidated | first_fit | cpsat"),
+    placement_policy: Optional[str] = typer.Option(None, "--placement-policy", help="With --placement: consolidated (default) | first_fit | cpsat"),
     partitions: int = typer.Option(1, "--partitions", help="POP: solve k balanced sub-problems in parallel and merge (large snapshots)."),
     strict: bool = typer.Option(False, "--strict", help="Exit with code 3 when the solver fell back (status neither optimal nor ok: a time limit, a fallback)."),
     policy_option: Optional[list[str]] = typer.Option(None, "--policy-option", help="KEY=VALUE for the policy's formulation (repeatable); unknown keys and bad values are refused by name."),
@@ -65,6 +65,9 @@ def solve(
     with _working(f"parsing the snapshot ({len(text) / 1e6:,.1f} MB)"):
         snap = parse_snapshot(text)
     parse_seconds = time.perf_counter() - t_parse
+    if placement_policy is not None and not placement:  # (it was ignored without a word)
+        raise OptschedError("--placement-policy: only applies with --placement (the next round's GPU placement)")
+    placement_policy = placement_policy or "consolidated"
     if placement:
         from optsched.placement import placement_policies
 
@@ -181,7 +184,8 @@ def _print_solution(snap, out: dict, rows: int = 50) -> None:
     used = ex.get("capacity_used", {})
     console.print(
         "GPUs used: "
-        + ", ".join(f"{esc(t)} {used.get(t, 0):.1f}/{ex.get('capacity', snap.cluster.gpus).get(t, 0):.0f}" for t in types)
+        + (", ".join(f"{esc(t)} {used.get(t, 0):.1f}/{ex.get('capacity', snap.cluster.gpus).get(t, 0):.0f}" for t in types)
+           or "none (the cluster has no GPU types)")
         + ("   price per GPU: " + ", ".join(f"{esc(t)} {prices[t]:.3g}" for t in types if t in prices) if prices else "")
     )
     packed = out.get("packed_allocation") or {}

@@ -61,6 +61,18 @@ log = logging.getLogger("optsched.runtime")
 SCHEMA_VERSION = 1
 
 
+def last_line(path: str, tail: int = 4096) -> str:
+    """The last non-empty line of a job's output (at most 300 characters), or ''."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(os.path.getsize(path) - tail, 0))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    said = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    return said[:300]
+
+
 @dataclass(frozen=True)
 class RunConfig:
     policy: str = "max_min_fairness"
@@ -450,8 +462,10 @@ class Runtime:
             inc.outcome = "failed"
             s.status = "failed"
             s.finish = t
-            s.error = (p.get("error") or getattr(inc.handle, "error", None)  # the executor's word (a Ray task's error)
-                       or (f"exit code {rc}" if rc > 0 else f"signal {-rc}"))
+            s.error = p.get("error") or getattr(inc.handle, "error", None)  # the executor's word (a Ray task's error)
+            if not s.error:  # the exit status, and the job's last word (a workload's argparse refusal, say)
+                said = last_line(os.path.join(self._job_dir(s.job.job_id), "output.log"))
+                s.error = (f"exit code {rc}" if rc > 0 else f"signal {-rc}") + (f": {said}" if said else "")
 
     def _credit(self, s: _JobState, inc: _Incarnation) -> None:
         p = inc.progress or {}

@@ -499,7 +499,7 @@ class _AccessLog:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
-        status = {"code": 500}
+        status = {"code": None, "failed": False}
 
         async def send_wrapper(msg):
             if msg["type"] == "http.response.start":
@@ -508,10 +508,14 @@ class _AccessLog:
 
         try:
             await self.app(scope, receive, send_wrapper)
+        except BaseException:
+            status["failed"] = True
+            raise
         finally:
+            # No response started: 500 if the app raised, else the client left first (499, nginx's code).
+            code = status["code"] or (500 if status["failed"] else 499)
             ms = (time.perf_counter() - t0) * 1000
             client = scope.get("client")
-            fields = {"method": scope["method"], "path": scope["path"], "status": status["code"],
+            fields = {"method": scope["method"], "path": scope["path"], "status": code,
                       "ms": round(ms, 3), "client": f"{client[0]}:{client[1]}" if client else None}
-            access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status["code"], ms,
-                            extra={"fields": fields})
+            access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], code, ms, extra={"fields": fields})

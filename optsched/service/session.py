@@ -275,8 +275,15 @@ class Session:
             for other in j.colocated or {}:
                 if other not in known:
                     raise OptschedError(f"jobs[{i}].colocated: unknown job id {other!r}")
+        from optsched.policy import check_job_inputs
+
+        check_job_inputs(s["config"]["policy"], req.jobs)  # what the policy reads of each job, now, not every round
         # The snapshot contract's checks (types, fits somewhere, pair rates) on the new jobs.
-        probe = [_snapshot_job(j.model_dump(exclude_none=True), keep=seen) for j in req.jobs]
+        # Pairs with an active job are checked too: that job joins the probe after the new ones
+        # (their indices stay the request's), without its own pairs.
+        partners = sorted({o for j in req.jobs for o in (j.colocated or {}) if o in active})
+        probe = [_snapshot_job(j.model_dump(exclude_none=True), keep=seen | set(partners)) for j in req.jobs]
+        probe += [_snapshot_job(active[o]["spec"], keep=set()) for o in partners]
         _validate_snapshot({"cluster": s["config"]["cluster"], "jobs": probe, **_colocation(s["config"])})
         self._touch(*new_ids)
         for j in req.jobs:
@@ -305,6 +312,9 @@ class Session:
         _validate_snapshot({"cluster": self._s["config"]["cluster"], "jobs": [_snapshot_job(spec, keep={job_id})],
                             **_colocation(self._s["config"])},
                            prefix="", strip="jobs[0].")  # the PATCH body is the job itself
+        from optsched.policy import check_job_inputs
+
+        check_job_inputs(self._s["config"]["policy"], [{**spec, "id": job_id}], where="")
         total = changes.get("steps_total")
         if total is not None and rec["steps_done"] > 0 and total <= rec["steps_done"]:  # it would keep its GPUs
             raise OptschedError(f"steps_total: {total:g} is not above the {rec['steps_done']:g} steps the job has "
@@ -750,9 +760,12 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     from optsched.policy import check_packing
 
     check_packing(cfg.policy, cfg.packing)  # at creation, not as a failure of every round
-    if cfg.colocation is not None:  # the snapshot's checks of the table
-        _validate_snapshot({"cluster": cfg.cluster.model_dump(exclude_none=True), "jobs": [],
-                            "colocation": cfg.colocation})
+    from optsched.policy import check_prices_for
+
+    check_prices_for(cfg.policy, cfg.cluster.gpus, cfg.cluster.price_per_hour)  # (the same)
+    # The snapshot's checks of the cluster (names are valid Unicode, ...) and of the pair table.
+    _validate_snapshot({"cluster": cfg.cluster.model_dump(exclude_none=True), "jobs": [],
+                        **({"colocation": cfg.colocation} if cfg.colocation is not None else {})})
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")

@@ -19,14 +19,13 @@ import numpy as np
 import pandas as pd
 
 from optsched.model import Cluster, OptschedError
-from optsched.policy import supports_packing  # noqa: F401  (re-exported: its home is the policy layer)
+from optsched.policy import NEEDS_STEPS, supports_packing  # noqa: F401  (supports_packing re-exported: its home is the policy layer)
 
 SCHEMA_VERSION = 1
 DEFAULT_CLUSTER = "v100=36,p100=36,k80=36"  # rigid traces (Gavel's)
 DEFAULT_ELASTIC_SERVERS = "16x4"  # Pollux/Sia workloads: Pollux's cluster
 CONFIGURATION_POLICIES = ("pollux", "sia", "hadar", "optimus")  # choose GPU counts (and nodes) themselves
-NEEDS_LENGTH = ("srtf", "makespan", "makespan_agnostic", "finish_time_fairness", "finish_time_fairness_agnostic",
-                "min_cost_slo")
+NEEDS_LENGTH = tuple(sorted(NEEDS_STEPS)) + ("min_cost_slo",)  # (an SLO needs the job's length)
 
 @dataclass(frozen=True)
 class SimResult:
@@ -151,10 +150,16 @@ def simulate_flags(
     if cluster is None:
         cluster = parse_cluster(None, DEFAULT_ELASTIC_SERVERS) if elastic.all() else DEFAULT_CLUSTER
     cluster = _cluster(cluster, parse_cluster)
-    try:
-        cfg = SimConfig(policy=policy, **config)
-    except TypeError as e:
-        raise OptschedError(f"simulate: {e}") from None
+    import dataclasses
+    import difflib
+
+    known = [f.name for f in dataclasses.fields(SimConfig) if f.name != "policy"]
+    for key in config:
+        if key not in known:  # (SimConfig's TypeError named the class, not the options)
+            near = difflib.get_close_matches(key, known, n=1)
+            raise OptschedError(f"simulate: unknown option {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                                + f"; options: {', '.join(sorted(known))}")
+    cfg = SimConfig(policy=policy, **config)
     cfg.validate(bool(elastic.any()))  # the documented limits (optsched.sim.limits); the rounds bound once jobs resolve
     cfg.check_policy_option_keys()
     check_run(trace, policy, cfg.solver, cfg.packing, throughputs, cfg.allocator_options, cfg.placement)

@@ -349,7 +349,8 @@ def _parse_cluster(spec: str | None, servers: str | None) -> Cluster:
                 gpus[name.strip()] = 0  # the type of --servers' GPUs; the count is the servers'
                 continue
             if not eq or not name.strip():
-                raise OptschedError(f"--cluster: {part!r} is not TYPE=COUNT (e.g. v100=36,p100=36,k80=36)")
+                raise OptschedError(f"--cluster: {part!r} is not TYPE=COUNT (e.g. v100=36,p100=36,k80=36; "
+                                    "a type alone names the GPUs of --servers)")
             try:
                 c = int(count)
             except ValueError:
