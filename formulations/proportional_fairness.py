@@ -38,6 +38,11 @@ from optsched.checks import check_flag
 from optsched.solvers.block_lp import BlockLP, BlockSolution, to_matrix
 
 
+# What its solve imports (its own conic solve, whatever the solver option), loaded and timed
+# as import_seconds before any timer: optsched/policy.py.
+IMPORTS = ("clarabel", "scipy.sparse")
+
+
 def build(inst: Instance, agnostic: bool = False, packing: bool = False) -> Formulation:
     no_packing("proportional_fairness", packing)
     agnostic = check_flag("agnostic", agnostic)

@@ -226,11 +226,16 @@ def solve_instance(
         takes = ", ".join(sorted(_option_names(entry_point(mod)))) or "none"
         raise OptschedError(f"{unknown[0]}: not an option of policy {policy} (it takes: {takes})")
     opts.update(options)
-    imports += load_modules(policy_imports(mod, opts))
+    try:
+        imports += load_modules(policy_imports(mod, opts))
+    except ModuleNotFoundError as e:  # (a plugin's IMPORTS naming a module this environment lacks)
+        raise OptschedError(f"policy: {policy!r} needs the module {e.name!r}, which is not installed") from None
     if hasattr(mod, "allocate"):
         if inst.n == 0:
-            return Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
-        alloc = finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit, **opts))
+            alloc = Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
+        else:
+            alloc = finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit,
+                                                        **opts))
     else:
         alloc = solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, **opts)
     # The policy's module and what its solve imports (IMPORTS), loaded before any timer: a cold process.
@@ -288,12 +293,18 @@ def check_job_inputs(policy: str, jobs, where: str = "jobs") -> None:
 
 
 def check_prices_for(policy: str, gpu_types, price_per_hour: dict | None, field: str = "cluster.price_per_hour") -> None:
-    """A cost policy needs a price for every GPU type (one line naming the first missing)."""
-    if policy in COST_POLICIES:
-        missing = [t for t in gpu_types if t not in (price_per_hour or {})]
-        if missing:
-            raise OptschedError(f"{field}[{missing[0]!r}]: policy {policy} needs a price for every GPU type "
-                                f"(missing: {', '.join(missing)})")
+    """A cost policy needs a price above 0 for every GPU type (one line naming the first
+    missing or zero price)."""
+    if policy not in COST_POLICIES:
+        return
+    prices = price_per_hour or {}
+    missing = [t for t in gpu_types if t not in prices]
+    if missing:
+        raise OptschedError(f"{field}[{missing[0]!r}]: policy {policy} needs a price for every GPU type "
+                            f"(missing: {', '.join(missing)})")
+    zero = [t for t in gpu_types if not prices[t] > 0]
+    if zero:
+        raise OptschedError(f"{field}[{zero[0]!r}]: policy {policy} needs every price > 0, got {prices[zero[0]]:g}")
 
 
 def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:

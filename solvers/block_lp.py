@@ -181,9 +181,15 @@ def _load_backend(backend: str) -> float:
 
 
 def preload(lp: BlockLP, backend: str = "auto") -> float:
-    """Load the modules ``solve(lp, backend)`` will use, before the caller's timer
-    starts (formulations solving several programs in a loop); seconds it took."""
-    return _load_backend(_chosen(lp, backend))
+    """Load the modules ``solve(lp, backend)`` may use, before the caller's timer
+    starts; seconds it took. ``auto`` and the IPM may end on CLARABEL or HiGHS whatever
+    the size: merged identical rows make a smaller program, the IPM hands over to
+    CLARABEL and crosses over with HiGHS, and formulations solving a loop of programs
+    (finish-time fairness) solve smaller ones."""
+    seconds = _load_backend(_chosen(lp, backend))
+    if backend in ("auto", "ipm") and lp.pairs is None:  # (the IPM's crossover and exact rounds use HiGHS)
+        seconds += _load_backend("clarabel") + _load_backend("highs-simplex")
+    return seconds
 
 
 def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bool = False, warm=None) -> BlockSolution:

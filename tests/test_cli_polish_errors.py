@@ -159,6 +159,8 @@ def test_python_simulate_names_a_misspelled_option_and_the_known_ones():
     with pytest.raises(OptschedError, match=r"^simulate: unknown option 'round_lenght' \(did you mean 'round_length'\?\); "
                                             r"options: .*\bround_length\b.*\bseed\b"):
         optsched.simulate(None, "v100=4", round_lenght=5)
+    with pytest.raises(OptschedError, match=r"^simulate: unknown option 'polcy' \(did you mean 'policy'\?\); options: trace, "):
+        optsched.simulate(None, "v100=4", polcy="fifo")
 
 
 def test_a_root_option_after_the_command_says_where_it_goes():
@@ -168,3 +170,5 @@ def test_a_root_option_after_the_command_says_where_it_goes():
     assert "--log-level is an option of optsched itself: put it before the command" in res.output
     res = CliRunner().invoke(app, ["solve", "--no-such-flag"])
     assert res.exit_code == 2 and "No such option: --no-such-flag" in res.output
+    res = CliRunner().invoke(app, ["trace", "generate", "--log-level", "info", "x.csv"])  # a nested command
+    assert res.exit_code == 2 and "(optsched --log-level ... trace generate ...)" in res.output

@@ -131,6 +131,46 @@ def hadar_brute_force(inst: Instance) -> float:
     return best
 
 
+def hadar_big_m(inst: Instance) -> float:
+    """Hadar's program in its big-M form (u[m, j]: job m uses type j; its speed z_m is
+    at most every used type's), solved with HiGHS through cvxpy: an independent model
+    of the same optimum, for instances too large to enumerate."""
+    import cvxpy as cp
+
+    n, k = inst.n, inst.k
+    best = inst.throughput.max(axis=1)
+    v = inst.throughput / best[:, None]
+    s = inst.scale_factor
+    x = cp.Variable((n, k), integer=True)
+    u = cp.Variable((n, k), boolean=True)
+    a = cp.Variable(n, boolean=True)
+    z = cp.Variable(n, nonneg=True)
+    cons = [x >= 0, cp.sum(x, axis=1) == cp.multiply(s, a), x <= cp.multiply(s[:, None], u),
+            u <= (inst.throughput > 0).astype(float), z[:, None] <= v + (1 - u), z <= a,
+            cp.sum(x, axis=0) <= inst.capacity]
+    prob = cp.Problem(cp.Maximize(inst.weight @ z), cons)
+    prob.solve(solver=cp.HIGHS, highs_options={"mip_rel_gap": 1e-9})
+    return float(prob.value)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hadar_matches_its_big_m_form_on_larger_instances(seed):
+    """Up to 40 jobs on up to 4 types, scale factors 1–8, some types unusable."""
+    rng = np.random.default_rng(100 + seed)
+    n, k = int(rng.integers(20, 41)), int(rng.integers(2, 5))
+    T = rng.uniform(0.2, 5.0, (n, k)) * (rng.random((n, k)) < 0.8)
+    T[T.max(axis=1) == 0, 0] = 1.0
+    sf = rng.choice([1, 2, 4, 8], n, p=[0.5, 0.2, 0.2, 0.1]).astype(float)
+    inst = Instance(job_ids=tuple(f"j{i}" for i in range(n)), gpu_types=tuple("abcd"[:k]), throughput=T,
+                    scale_factor=sf, weight=rng.choice([1.0, 2.0, 5.0], n),
+                    capacity=np.full(k, float(max(8, int(sf.sum() / (1.5 * k))))), steps_remaining=np.full(n, 1e4),
+                    elapsed_time=np.zeros(n), attained_service=np.zeros(n), arrival_time=np.zeros(n))
+    alloc = solve_instance(inst, "hadar", solver="highs")
+    assert alloc.status == "optimal"
+    _capacity_ok(alloc, inst)
+    assert alloc.objective == pytest.approx(hadar_big_m(inst), rel=1e-5)
+
+
 @settings(max_examples=10, deadline=None)
 @given(st.integers(0, 10_000))
 def test_hadar_milp_matches_brute_force(seed):

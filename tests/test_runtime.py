@@ -412,3 +412,19 @@ def test_a_job_that_exits_with_an_error_reports_its_last_output_line(tmp_path):
     assert by.loc["bad", "status"] == "failed"
     assert by.loc["bad", "error"] == "exit code 1: error: unrecognized arguments: --wrk 1"
     assert_full_progress(res, run_dir, ["ok"])
+
+
+def test_last_line_reads_only_this_incarnations_output(tmp_path):
+    """Incarnations append to one output.log: a job killed before it printed anything was
+    reported with the previous incarnation's last line."""
+    from optsched.runtime.loop import last_line
+
+    log = tmp_path / "output.log"
+    log.write_text("step 50: checkpoint saved, stopping\n")
+    start = log.stat().st_size
+    assert last_line(str(log), start) == ""
+    with log.open("a") as f:
+        f.write("resuming\n\nerror: out of memory  \n\n")
+    assert last_line(str(log), start) == "error: out of memory"
+    assert last_line(str(log)) == "error: out of memory"
+    assert last_line(str(tmp_path / "missing.log")) == ""

@@ -203,7 +203,8 @@ def test_bench_cli_table_csv_and_compare(tmp_path):
 
 @pytest.mark.parametrize("text, says", [
     ("a,b\n1,2\n", "not an optsched bench CSV (no case, total_s, objective column)"),
-    ("case,total_s,objective\nx,fast,1\n", "row 2 ('x'): total_s and objective must be numbers, got 'fast', '1'"),
+    ("case,total_s,objective\nx,fast,1\n", "line 2 ('x'): total_s and objective must be numbers, got 'fast', '1'"),
+    ("# cores=2\ncase,total_s,objective\na,1,2\nb,x,3\n", "line 4 ('b'): total_s and objective must be numbers"),
     (b"\xff\xfe", "cannot read"),
 ])
 def test_bench_compare_refuses_a_wrong_file_before_running(tmp_path, text, says):
@@ -238,7 +239,7 @@ def test_bench_compare_says_when_no_case_matches(tmp_path):
     from optsched.cli import app
 
     old = tmp_path / "old.csv"
-    old.write_text("# cores=2\ncase,total_s,objective\nother/case,1.0,\n")
+    old.write_bytes("\ufeff# cores=2\ncase,total_s,objective\nother/case,1.0,\n".encode())  # a BOM: read too
     r = CliRunner().invoke(app, ["bench", "--quick", "--only", "allocator", "--repeat", "1", "--no-memory",
                                  "--compare", str(old)])
     assert r.exit_code == 0, r.output

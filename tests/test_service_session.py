@@ -543,6 +543,22 @@ def test_a_cost_policy_session_needs_every_price_at_creation(prices, missing):
     Session.create({"cluster": cluster, "policy": "max_min_fairness"})  # other policies ignore prices
 
 
+def test_a_cost_policy_session_refuses_a_zero_price():
+    with pytest.raises(OptschedError, match=r"^cluster\.price_per_hour\['v100'\]: policy min_cost needs every price > 0, got 0"):
+        Session.create({"cluster": {"gpus": {"v100": 2}, "price_per_hour": {"v100": 0.0}}, "policy": "min_cost"})
+
+
+def test_two_views_of_one_pair_that_disagree_are_refused_at_submit():
+    """Each job of a pair may list it; in one request they disagreed and every round then failed."""
+    s = Session.create({"cluster": {"gpus": {"v100": 1}}, "packing": True})
+    with pytest.raises(OptschedError, match=r"^jobs\[1\]\.colocated\['a'\]\['v100'\]: \[0\.9, 0\.9\] disagrees"):
+        s.submit({"jobs": [{"id": "a", "throughput": {"v100": 1}, "colocated": {"b": {"v100": [0.5, 0.5]}}},
+                           {"id": "b", "throughput": {"v100": 1}, "colocated": {"a": {"v100": [0.9, 0.9]}}}]})
+    s.submit({"jobs": [{"id": "a", "throughput": {"v100": 1}, "colocated": {"b": {"v100": [0.8, 0.7]}}},
+                       {"id": "b", "throughput": {"v100": 1}, "colocated": {"a": {"v100": [0.7, 0.8]}}}]})
+    assert sorted(s.next_round()["started"]) == ["a", "b"]  # packed together on the one GPU
+
+
 def test_pair_rates_with_an_active_partner_are_checked_at_submit():
     """Only pairs inside one request were checked: a -1 rate with a job submitted
     earlier was stored and packed on, 1e300 made every solve fall back."""

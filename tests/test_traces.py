@@ -230,7 +230,7 @@ def test_a_row_longer_than_the_header_is_named_as_such(tmp_path):
         read_trace(p)
 
 
-@pytest.mark.parametrize("content", [b"", b"\n\n  \n"])
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"\xef\xbb\xbf", b"\xef\xbb\xbf\n\n"])
 def test_an_empty_trace_says_so_before_format_detection(tmp_path, content):
     """It said 'cannot detect the format ... pass --format'; with --format, 'empty file'."""
     import gzip

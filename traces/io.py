@@ -23,7 +23,7 @@ def detect_format(path: str | os.PathLike) -> str:
         from optsched.traces.csvutil import read_bytes
 
         head = read_bytes(p, f"trace {p}", 1 << 16)
-        if not head.strip() and len(head) < 1 << 16:  # (as each reader says it; no format to detect)
+        if not head.replace(b"\xef\xbb\xbf", b"").strip() and len(head) < 1 << 16:  # (BOM, blanks: as each reader says)
             raise OptschedError(f"trace {p}: empty file")
     if p.name.endswith(".trace") or first.count("\t") in (6, 9):
         return "gavel"

@@ -417,21 +417,22 @@ def read_csv(path: str) -> dict[str, tuple[float, float]]:
     ``--compare``) before minutes of work, not after."""
     from optsched.model import OptschedError
 
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            lines = [ln for ln in f if not ln.startswith("#")]
+    try:  # (utf-8-sig: a CSV re-saved by a spreadsheet starts with a BOM)
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            numbered = [(i, ln) for i, ln in enumerate(f, start=1) if not ln.startswith("#")]
     except (OSError, UnicodeDecodeError) as e:
         raise OptschedError(f"--compare: cannot read {path}: {e}") from None
-    reader = csv.DictReader(lines)
+    reader = csv.DictReader(ln for _, ln in numbered)
     missing = [c for c in ("case", "total_s", "objective") if c not in (reader.fieldnames or [])]
     if missing:
         raise OptschedError(f"--compare: {path} is not an optsched bench CSV (no {', '.join(missing)} column)")
     out = {}
-    for line, r in enumerate(reader, start=2):
+    for r in reader:
+        line = numbered[reader.line_num - 1][0] if reader.line_num <= len(numbered) else reader.line_num
         try:
             out[r["case"]] = tuple(float(r[c]) if r[c] else float("nan") for c in ("total_s", "objective"))
         except (TypeError, ValueError):
-            raise OptschedError(f"--compare: {path}: row {line} ({r['case']!r}): total_s and objective must be "
+            raise OptschedError(f"--compare: {path}: line {line} ({r['case']!r}): total_s and objective must be "
                                 f"numbers, got {r['total_s']!r}, {r['objective']!r}") from None
     return out
 

@@ -119,8 +119,9 @@ class OneLineErrors(TyperGroup):
             msg = e.format_message()
             own = {o for p in self.params for o in p.opts}
             if isinstance(e, _click_errors.NoSuchOption) and e.option_name in own and e.ctx is not None:
+                command = e.ctx.command_path.split(" ", 1)[-1]  # (without the program's name: `trace generate`)
                 msg = (f"{e.option_name} is an option of optsched itself: put it before the command "
-                       f"(optsched {e.option_name} ... {e.ctx.info_name} ...)")
+                       f"(optsched {e.option_name} ... {command} ...)")
             err_console.print(f"[bold red]error:[/] {_one_line(msg)}", highlight=False, soft_wrap=True)
             sys.exit(e.exit_code)
         except _Abort:

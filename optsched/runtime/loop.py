@@ -61,11 +61,12 @@ log = logging.getLogger("optsched.runtime")
 SCHEMA_VERSION = 1
 
 
-def last_line(path: str, tail: int = 4096) -> str:
-    """The last non-empty line of a job's output (at most 300 characters), or ''."""
+def last_line(path: str, start: int = 0, tail: int = 4096) -> str:
+    """The last non-empty line a job wrote to ``path`` from byte ``start`` on (its incarnation's
+    output; earlier ones append to the same file), at most 300 characters, or ''."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(os.path.getsize(path) - tail, 0))
+            f.seek(max(os.path.getsize(path) - tail, start, 0))
             lines = f.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return ""
@@ -132,6 +133,7 @@ class _Incarnation:
     decided_at: float = 0.0  # start of the round that placed it
     cancelled: bool = False  # stopped before its first step (killed: nothing to lose)
     reason: str = "start"  # start (first launch) | resume (after a preemption) | migration
+    log_offset: int = 0  # output.log's size at launch: this incarnation's output starts there
 
 
 @dataclass
@@ -464,7 +466,7 @@ class Runtime:
             s.finish = t
             s.error = p.get("error") or getattr(inc.handle, "error", None)  # the executor's word (a Ray task's error)
             if not s.error:  # the exit status, and the job's last word (a workload's argparse refusal, say)
-                said = last_line(os.path.join(self._job_dir(s.job.job_id), "output.log"))
+                said = last_line(os.path.join(self._job_dir(s.job.job_id), "output.log"), inc.log_offset)
                 s.error = (f"exit code {rc}" if rc > 0 else f"signal {-rc}") + (f": {said}" if said else "")
 
     def _credit(self, s: _JobState, inc: _Incarnation) -> None:
@@ -557,6 +559,8 @@ class Runtime:
         speed = self.cfg.slot_speed.get(slots[0].gpu_type)
         if speed is not None and speed < 1:
             env["OPTSCHED_SLOT_SLOWDOWN"] = f"{1.0 / speed:.6g}"
+        log_path = os.path.join(self._job_dir(j), "output.log")
+        log_offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         try:
             handle = self.executor.launch(Launch(j, s.job.command, slots, self._job_dir(j), env))
         except (OptschedError, OSError) as e:
@@ -567,7 +571,8 @@ class Runtime:
             return False
         reason = "migration" if s.migrating else ("resume" if s.runs else "start")
         s.migrating = False
-        s.runs.append(_Incarnation(n, slots, handle, launch_at, s.steps_done, decided_at=decided_at, reason=reason))
+        s.runs.append(_Incarnation(n, slots, handle, launch_at, s.steps_done, decided_at=decided_at, reason=reason,
+                                   log_offset=log_offset))
         s.status = "running"
         if s.first_start is None:
             s.first_start = launch_at

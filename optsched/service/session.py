@@ -284,7 +284,8 @@ class Session:
         partners = sorted({o for j in req.jobs for o in (j.colocated or {}) if o in active})
         probe = [_snapshot_job(j.model_dump(exclude_none=True), keep=seen | set(partners)) for j in req.jobs]
         probe += [_snapshot_job(active[o]["spec"], keep=set()) for o in partners]
-        _validate_snapshot({"cluster": s["config"]["cluster"], "jobs": probe, **_colocation(s["config"])})
+        _validate_snapshot({"cluster": s["config"]["cluster"], "jobs": probe, **_colocation(s["config"])},
+                           arrays=True)
         self._touch(*new_ids)
         for j in req.jobs:
             spec = j.model_dump(mode="json", exclude_none=True)
@@ -824,13 +825,17 @@ def _colocation(config: dict) -> dict:
     return {"colocation": config["colocation"]} if config.get("colocation") is not None else {}
 
 
-def _validate_snapshot(doc: dict, prefix: str = "", strip: str = "") -> Snapshot:
+def _validate_snapshot(doc: dict, prefix: str = "", strip: str = "", arrays: bool = False) -> Snapshot:
     """parse_snapshot, its error located by ``prefix`` (where ``strip``, the snapshot's own
-    path to the request's object, is replaced by it)."""
-    from optsched.model import parse_snapshot
+    path to the request's object, is replaced by it). ``arrays``: also build the Instance,
+    whose checks span jobs (two views of one pair that disagree)."""
+    from optsched.model import Instance, parse_snapshot
 
     try:
-        return parse_snapshot(doc)
+        snap = parse_snapshot(doc)
+        if arrays:
+            Instance.from_snapshot(snap)
+        return snap
     except OptschedError as e:
         msg = str(e)
         if msg.startswith("invalid snapshot: "):

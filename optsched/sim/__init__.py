@@ -154,11 +154,12 @@ def simulate_flags(
     import difflib
 
     known = [f.name for f in dataclasses.fields(SimConfig) if f.name != "policy"]
+    named = [p for p in inspect.signature(simulate_flags).parameters if p != "config"]  # (trace, cluster, policy, ...)
     for key in config:
         if key not in known:  # (SimConfig's TypeError named the class, not the options)
-            near = difflib.get_close_matches(key, known, n=1)
+            near = difflib.get_close_matches(key, known + named, n=1)
             raise OptschedError(f"simulate: unknown option {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                                + f"; options: {', '.join(sorted(known))}")
+                                + f"; options: {', '.join(named + sorted(known))}")
     cfg = SimConfig(policy=policy, **config)
     cfg.validate(bool(elastic.any()))  # the documented limits (optsched.sim.limits); the rounds bound once jobs resolve
     cfg.check_policy_option_keys()
