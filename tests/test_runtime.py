@@ -428,3 +428,17 @@ def test_last_line_reads_only_this_incarnations_output(tmp_path):
     assert last_line(str(log), start) == "error: out of memory"
     assert last_line(str(log)) == "error: out of memory"
     assert last_line(str(tmp_path / "missing.log")) == ""
+
+
+def test_optsched_run_exits_1_when_a_job_failed(tmp_path):
+    """The failure was reported but the command exited 0: a script could not see it."""
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                     "bad,1,0,200,regression:no_such_knob=1,1,0\n")
+    res = CliRunner().invoke(app, ["run", str(trace), "--cluster", "slot=1", "--quiet", "--json"])
+    assert res.exit_code == 1, res.output
+    assert "1 of 1 jobs failed — bad: exit code 2: " in res.output and "unrecognized arguments" in res.output

@@ -115,3 +115,10 @@ def run_command(
     if s.get("interrupted") == "interrupted":
         err_console.print("interrupted: every job was stopped (checkpoints saved where the job honoured its lease)")
         raise typer.Exit(130)
+    if s["jobs_failed"]:  # the others went on; a script sees it in the exit code
+        failed = res.jobs[res.jobs.status == "failed"]
+        first = "; ".join(f"{r.job_id}: {r.error}" for r in failed.head(3).itertuples(index=False))
+        more = f"; … {len(failed) - 3} more" if len(failed) > 3 else ""
+        err_console.print(f"{s['jobs_failed']} of {s['jobs']} jobs failed — {first}{more}", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(1)
