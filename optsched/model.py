@@ -61,6 +61,21 @@ def _unique_object(pairs: list) -> dict:
     return d
 
 
+def check_unique_keys(text: str | bytes) -> None:
+    """DuplicateKeyError if a JSON object in ``text`` repeats a key; nothing for valid
+    JSON without one. jiter (Rust) scans; when it finds one, loads_unique names it with
+    its object's id. Text that is not JSON passes: the parsers after this name the error."""
+    import jiter
+
+    try:
+        jiter.from_json(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text,
+                        catch_duplicate_keys=True, cache_mode=False)
+    except ValueError as e:
+        if "duplicate key" in str(e):
+            loads_unique(text)  # raises, naming the object
+            raise DuplicateKeyError(str(e)) from None
+
+
 def loads_unique(text: str | bytes):
     """json.loads, refusing an object that repeats a key (DuplicateKeyError). Plain JSON
     readers keep the last value, so a repeated "jobs" or "throughput" would silently
@@ -601,7 +616,7 @@ def parse_snapshot(data: str | bytes | dict) -> Snapshot:
         snap = _parse_json_fast(data)
         if snap is not None:
             try:  # the fast parser keeps a repeated key's last value, as json.loads does
-                loads_unique(data)
+                check_unique_keys(data)
             except DuplicateKeyError as e:
                 raise OptschedError(f"invalid snapshot: {e}") from None
             return snap

@@ -367,3 +367,32 @@ def test_a_repeated_key_is_refused_not_read_last_wins(text, names):
 def test_the_same_keys_in_different_objects_are_fine():
     text = b'{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": "a", "throughput": {"v100": 1}}, {"id": "b", "throughput": {"v100": 1}}]}'
     assert [j.id for j in parse_snapshot(text).jobs] == ["a", "b"]
+
+
+@pytest.mark.parametrize("text", [
+    b'{"ab": 1, "a\\u0062": 2}',                         # the same key once unescaped
+    b'{"jobs": [{"id": "x", "w": 1, "w": 2}]}',          # inside a list
+    '{"a": {"b": 1}, "a": 2}',                           # str input, outer object
+    b'{"a": {"b": 1, "c": {"d": [1, {"e": 0, "e": 0}]}}}',  # deep
+    b'{"a": 1, "b": {"a": 1}}',                          # one key in two objects: no duplicate
+    b'{"\\ud83d\\ude00": 1, "\xf0\x9f\x98\x80": 2}',     # an escaped and a raw emoji: one key
+    b'not json', b'[1, 2', b'{"a": NaN}',
+])
+def test_the_fast_duplicate_key_scan_agrees_with_the_python_hook(text):
+    """check_unique_keys (jiter, Rust) is the fast path's duplicate check; loads_unique
+    (json + a hook) is the definition. Text that is not JSON passes the scan (the parse names it)."""
+    from optsched.model import DuplicateKeyError, check_unique_keys, loads_unique
+
+    try:
+        loads_unique(text)
+        expected = None
+    except DuplicateKeyError as e:
+        expected = str(e)
+    except ValueError:
+        expected = None  # not JSON
+    if expected is None:
+        check_unique_keys(text)
+    else:
+        with pytest.raises(DuplicateKeyError) as got:
+            check_unique_keys(text)
+        assert str(got.value) == expected

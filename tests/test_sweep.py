@@ -303,3 +303,32 @@ def test_a_job_type_the_table_lacks_is_refused_before_any_run(tmp_path):
     msg = res.stderr or res.output
     assert "unknown job type 'NoSuchModel (batch size 1)'" in msg and "trace_options.throughputs" in msg
     assert not (tmp_path / "o" / "runs").exists()
+
+
+def test_an_interrupted_local_sweep_cancels_its_queued_runs_and_stops_the_running_ones(tmp_path):
+    """Ctrl-C left the pool's `with` block, which waited for every queued run: the
+    sweep ran to its end and then dropped the results. _stop cancels the queue and
+    ends the worker running a task (here: touch a marker, sleep 10 minutes)."""
+    import multiprocessing as mp
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from optsched.sweep.executors import _stop
+
+    def task(i):
+        return f"import pathlib, time; pathlib.Path(r'{tmp_path}/{i}').touch(); time.sleep(600)"
+
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+    futures = [pool.submit(exec, task(i)) for i in range(4)]
+    deadline = time.time() + 120
+    while not (tmp_path / "0").exists() and time.time() < deadline:  # the first task runs on the worker
+        time.sleep(0.05)
+    assert (tmp_path / "0").exists()
+    workers = list(pool._processes.values())
+    _stop(pool)
+    for p in workers:
+        p.join(timeout=30)
+    assert not any(p.is_alive() for p in workers)  # (without _stop's terminate: asleep for 10 minutes)
+    time.sleep(1.0)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["0"]  # no queued task ran
+    assert all(f.done() or f.cancelled() for f in futures[2:])

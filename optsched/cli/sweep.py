@@ -107,23 +107,13 @@ def sweep(
     output_folder(out)
     show = not quiet and err_console.is_terminal
 
-    if show:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        with Progress(TextColumn("[bold]sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
-                      TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=err_console, transient=True) as bar:
-            task = bar.add_task("sweep", total=None, failed=0)
-            state = {"failed": 0}
-
-            def progress(done, total, row):
-                if row is not None and row["status"] != "ok":
-                    state["failed"] += 1
-                bar.update(task, completed=done, total=total, failed=state["failed"])
-
-            res = run_sweep(spec, out, progress=progress, retry_failed=not keep_failed, validate=False)
-    else:
-        res = run_sweep(spec, out, retry_failed=not keep_failed, validate=False)
+    try:
+        res = _run(spec, out, show, keep_failed)
+    except KeyboardInterrupt:
+        kept = sum(1 for _ in Path(out).glob("runs/*/done")) if out is not None else 0
+        err_console.print(f"interrupted: {kept} finished run(s) kept in {out}; the same command resumes from them",
+                          highlight=False)
+        raise typer.Exit(130)
     t = res.table
     ok = int((t["status"] == "ok").sum()) if len(t) else 0
     console.print(f"{res.total} runs: {res.executed} executed, {res.reused} already done, "
@@ -153,3 +143,26 @@ def sweep(
     console.print(f"wrote {out}/ ({', '.join(files)})", highlight=False)
     if len(t) and res.total - ok:
         raise typer.Exit(1)  # everything is written; a script still learns that runs failed
+
+
+def _run(spec, out, show: bool, keep_failed: bool):
+    from optsched.sweep import run_sweep
+
+    if show:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        with Progress(TextColumn("[bold]sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
+                      TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=err_console, transient=True) as bar:
+            task = bar.add_task("sweep", total=None, failed=0)
+            state = {"failed": 0}
+
+            def progress(done, total, row):
+                if row is not None and row["status"] != "ok":
+                    state["failed"] += 1
+                bar.update(task, completed=done, total=total, failed=state["failed"])
+
+            res = run_sweep(spec, out, progress=progress, retry_failed=not keep_failed, validate=False)
+    else:
+        res = run_sweep(spec, out, retry_failed=not keep_failed, validate=False)
+    return res

@@ -45,7 +45,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from optsched import __version__
-from optsched.model import DuplicateKeyError, Instance, OptschedError, loads_unique
+from optsched.model import DuplicateKeyError, Instance, OptschedError, check_unique_keys
 from optsched.pop import check_partitions, solve_maybe_partitioned
 from optsched.service.models import (SESSION_ID_PATTERN, ErrorBody, FinishRequest, Health, JobOut, JobsOut,
                                      JobUpdate, Limits, PoliciesOut, ReportProgress, RoundOut, RoundRequest,
@@ -461,12 +461,10 @@ class _BodyLimit:
                 break
         whole, sent = b"".join(chunks), False
         if whole:  # every body is JSON, whatever Content-Type says (curl -d sends form-urlencoded)
-            try:  # the app's JSON parse keeps a repeated key's last value
-                loads_unique(whole)
+            try:  # the app's JSON parse keeps a repeated key's last value (not JSON: its parse names it)
+                check_unique_keys(whole)
             except DuplicateKeyError as e:
                 return await _send_error(send, 422, f"body: {e}", "body")
-            except (ValueError, RecursionError):
-                pass  # not JSON: the app's own parse names the error
             headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-type"]
             scope = {**scope, "headers": headers + [(b"content-type", b"application/json")]}
 

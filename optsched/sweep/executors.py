@@ -41,20 +41,33 @@ def local(runs: list[dict], workers: int | None = None) -> Iterator[dict]:
             futures = {pool.submit(execute, r): r for r in pending}
             pending = []
             broken = False
-            while futures:
-                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    run = futures.pop(f)
-                    try:
-                        yield f.result()
-                    except BrokenProcessPool as e:
-                        if not broken:  # the run whose worker died is failed; the others are retried
-                            broken = True
-                            yield _failed(run, RuntimeError(f"worker process died ({e})"))
-                        else:
-                            pending.append(run)
-                    except Exception as e:  # noqa: BLE001
-                        yield _failed(run, e)
+            try:
+                while futures:
+                    finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        run = futures.pop(f)
+                        try:
+                            yield f.result()
+                        except BrokenProcessPool as e:
+                            if not broken:  # the run whose worker died is failed; the others are retried
+                                broken = True
+                                yield _failed(run, RuntimeError(f"worker process died ({e})"))
+                            else:
+                                pending.append(run)
+                        except Exception as e:  # noqa: BLE001
+                            yield _failed(run, e)
+            except BaseException:  # Ctrl-C, or the consumer stopped: no run starts after this
+                _stop(pool)
+                raise
+
+
+def _stop(pool) -> None:
+    """Cancel the queued runs and end the running ones now: leaving the ``with`` block
+    waited for every queued run (a Ctrl-C'd sweep ran to its end, then dropped the results)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # (shutdown forgets them)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:  # runs already handed to a worker
+        proc.terminate()
 
 
 def ray(runs: list[dict], workers: int | None = None, address: str | None = None) -> Iterator[dict]:
