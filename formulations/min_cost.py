@@ -37,12 +37,19 @@ from optsched.checks import check_flag
 SLO_FLOOR = 1e-6  # an SLO row asks at least this fraction of the job's full speed
 
 
+def check_prices(gpu_types, price, hint: str = "; simulate, compare and sweep: --prices") -> None:
+    """Cost-aware policies need a price > 0 for every GPU type (``price``: one per type,
+    NaN where missing): one line naming the first that has none."""
+    for t, p in zip(gpu_types, price):
+        if not np.isfinite(p) or p <= 0:
+            what = "is missing" if not np.isfinite(p) else f"must be > 0, got {p:g}"
+            raise OptschedError(f"cluster.price_per_hour[{t!r}]: cost-aware policies need a price for every GPU type "
+                                f"({what}{hint})")
+
+
 def prices(inst: Instance) -> np.ndarray:
     price = np.full(inst.k, np.nan) if inst.price is None else inst.price
-    for j, t in enumerate(inst.gpu_types):
-        if not np.isfinite(price[j]) or price[j] <= 0:
-            what = "is missing" if not np.isfinite(price[j]) else f"must be > 0, got {price[j]:g}"
-            raise OptschedError(f"cluster.price_per_hour[{t!r}]: cost-aware policies need a price for every GPU type ({what}; simulate, compare and sweep: --prices)")
+    check_prices(inst.gpu_types, price)
     return price
 
 

@@ -292,19 +292,14 @@ def check_job_inputs(policy: str, jobs, where: str = "jobs") -> None:
             raise OptschedError(f"{field}: job {get('id')!r} has an SLO, which needs its total steps")
 
 
-def check_prices_for(policy: str, gpu_types, price_per_hour: dict | None, field: str = "cluster.price_per_hour") -> None:
-    """A cost policy needs a price above 0 for every GPU type (one line naming the first
-    missing or zero price)."""
-    if policy not in COST_POLICIES:
-        return
-    prices = price_per_hour or {}
-    missing = [t for t in gpu_types if t not in prices]
-    if missing:
-        raise OptschedError(f"{field}[{missing[0]!r}]: policy {policy} needs a price for every GPU type "
-                            f"(missing: {', '.join(missing)})")
-    zero = [t for t in gpu_types if not prices[t] > 0]
-    if zero:
-        raise OptschedError(f"{field}[{zero[0]!r}]: policy {policy} needs every price > 0, got {prices[zero[0]]:g}")
+def check_prices_for(policy: str, gpu_types, price_per_hour: dict | None) -> None:
+    """A cost policy needs a price above 0 for every GPU type: min_cost's own rule, applied
+    when a session is created rather than at its first round."""
+    if policy in COST_POLICIES:
+        from optsched.formulations.min_cost import check_prices
+
+        prices = price_per_hour or {}
+        check_prices(list(gpu_types), [float(prices.get(t, float("nan"))) for t in gpu_types], hint="")
 
 
 def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:

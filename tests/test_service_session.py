@@ -538,13 +538,13 @@ def test_a_cost_policy_session_needs_every_price_at_creation(prices, missing):
     (a session's cluster cannot change)."""
     cluster = {"gpus": {"v100": 2, "k80": 2}, **({"price_per_hour": prices} if prices else {})}
     for policy in ("min_cost", "min_cost_slo"):
-        with pytest.raises(OptschedError, match=rf"^cluster\.price_per_hour\['{missing}'\]: policy {policy} needs a price"):
+        with pytest.raises(OptschedError, match=rf"^cluster\.price_per_hour\['{missing}'\]: cost-aware policies need a price for every GPU type \(is missing\)$"):
             Session.create({"cluster": cluster, "policy": policy})
     Session.create({"cluster": cluster, "policy": "max_min_fairness"})  # other policies ignore prices
 
 
 def test_a_cost_policy_session_refuses_a_zero_price():
-    with pytest.raises(OptschedError, match=r"^cluster\.price_per_hour\['v100'\]: policy min_cost needs every price > 0, got 0"):
+    with pytest.raises(OptschedError, match=r"^cluster\.price_per_hour\['v100'\]: cost-aware policies need a price for every GPU type \(must be > 0, got 0\)$"):
         Session.create({"cluster": {"gpus": {"v100": 2}, "price_per_hour": {"v100": 0.0}}, "policy": "min_cost"})
 
 
