@@ -1,0 +1,1 @@
+"""optsched in front of a Slurm cluster: the local test cluster, the agent, Slurm's commands."""
