@@ -4,7 +4,7 @@ writes them, on the same instances, in one run (in-process, warm).
     OPENBLAS_NUM_THREADS=1 python bench/engine_bench.py              # n = 1,000 / 2,048 / 10,000
     OPENBLAS_NUM_THREADS=1 python bench/engine_bench.py --sizes 1000 --policies max_min_fairness
 
-The references are our own code in Gavel's style (not Gavel's code):
+The references are our own code in Gavel's style (not Gavel's code; optsched/bench/references.py):
 - max-min fairness: one vectorized cvxpy program, ECOS (Gavel's `MaxMinFairnessPolicyWithPerf`);
 - finish-time fairness: a cvxpy expression per job with ``inv_pos`` built in a
   Python loop, ECOS (Gavel's `FinishTimeFairnessPolicyWithPerf`);
@@ -33,99 +33,19 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policies_scaling import gavel_table, instance  # noqa: E402
 
-from optsched.formulations.base import equal_share_throughput, isolated_throughput  # noqa: E402
+from optsched.bench import references  # noqa: E402
 from optsched.policy import solve_instance  # noqa: E402
 
 # References slower than this (seconds, measured at the previous size) are not run at larger sizes.
 BUDGET = 120.0
 
-
-def _normalized(inst):
-    T = inst.throughput
-    return T * (inst.scale_factor / (inst.weight * equal_share_throughput(inst, T)))[:, None]
-
-
-def _base(cp, inst):
-    X = cp.Variable((inst.n, inst.k), nonneg=True)
-    return X, [cp.sum(X, axis=1) <= 1, X <= inst.available.astype(float), inst.scale_factor @ X <= inst.capacity]
-
-
-def ref_max_min(inst):
-    import cvxpy as cp
-
-    X, cons = _base(cp, inst)
-    p = cp.Problem(cp.Maximize(cp.min(cp.sum(cp.multiply(_normalized(inst), X), axis=1))), cons)
-    p.solve(solver=cp.ECOS)
-    return p.value
-
-
-def ref_ftf(inst):
-    import cvxpy as cp
-
-    X, cons = _base(cp, inst)
-    T = inst.throughput
-    iso = isolated_throughput(inst, T)
-    R = inst.steps_remaining
-    rhos = []
-    for m in range(inst.n):  # Gavel's loop: one expression per job
-        thr = cp.sum(cp.multiply(T[m], X[m]))
-        D = inst.elapsed_time[m] + R[m] / iso[m]
-        rhos.append((inst.elapsed_time[m] + R[m] * cp.inv_pos(thr)) / D)
-    p = cp.Problem(cp.Minimize(cp.maximum(*rhos)), cons)
-    p.solve(solver=cp.ECOS)
-    return p.value
-
-
-def ref_makespan(inst, tol=1e-3):
-    import cvxpy as cp
-
-    T, R = inst.throughput, inst.steps_remaining
-    lo, hi = 0.0, float((R / T.max(axis=1)).sum())  # everything one after another
-    while hi - lo > tol * hi:
-        mid = (lo + hi) / 2
-        X, cons = _base(cp, inst)
-        p = cp.Problem(cp.Minimize(0), cons + [cp.sum(cp.multiply(T, X), axis=1) >= R / mid])
-        p.solve(solver=cp.ECOS)
-        lo, hi = (lo, mid) if p.status == "optimal" else (mid, hi)
-    return hi
-
-
-def ref_water_filling(inst, eps=1e-4):
-    import cvxpy as cp
-
-    A = _normalized(inst) * inst.weight[:, None]
-    w = inst.weight
-    frozen, level = np.zeros(inst.n, bool), np.zeros(inst.n)
-    first = None
-    while not frozen.all():
-        U, F = np.flatnonzero(~frozen), np.flatnonzero(frozen)
-        X, cons = _base(cp, inst)
-        t = cp.Variable()
-        share = cp.sum(cp.multiply(A, X), axis=1)
-        cons_f = [share[F] >= level[F]] if len(F) else []
-        p = cp.Problem(cp.Maximize(t), cons + cons_f + [share[U] >= cp.multiply(w[U], t)])
-        p.solve(solver=cp.ECOS)
-        t_r = float(t.value)
-        first = t_r if first is None else first
-        # Which unfrozen jobs can rise above the level? One MILP (Gavel's approach).
-        X2, cons2 = _base(cp, inst)
-        b = cp.Variable(len(U), boolean=True)
-        share2 = cp.sum(cp.multiply(A, X2), axis=1)
-        cons2 += [share2[F] >= level[F]] if len(F) else []
-        cons2 += [share2[U] >= cp.multiply(w[U] * t_r, 1 + eps * b)]
-        cp.Problem(cp.Maximize(cp.sum(b)), cons2).solve(solver=cp.HIGHS)
-        stuck = U[np.round(b.value) < 0.5] if b.value is not None else U
-        if len(stuck) == 0:
-            stuck = U
-        level[stuck], frozen[stuck] = t_r * w[stuck], True
-    return first
-
-
+# The references live in optsched/bench/references.py (`optsched bench` runs them too); here
+# only their objectives are compared.
 REFERENCES = {
-    "max_min_fairness": ("vectorized cvxpy + ECOS", ref_max_min),
-    "finish_time_fairness": ("per-job inv_pos loop, ECOS", ref_ftf),
-    "makespan": ("bisection, ECOS LPs", ref_makespan),
-    "max_min_fairness_water_filling": ("LP + MILP per level", ref_water_filling),
+    "max_min_fairness": ("vectorized cvxpy + ECOS", lambda inst: references.max_min(inst)[0]),
+    "finish_time_fairness": ("per-job inv_pos loop, ECOS", lambda inst: references.finish_time_fairness(inst)[0]),
+    "makespan": ("bisection, ECOS LPs", lambda inst: references.makespan(inst)[0]),
+    "max_min_fairness_water_filling": ("LP + MILP per level", lambda inst: references.water_filling(inst)[0]),
 }
 
 

@@ -152,3 +152,76 @@ def with_every_pair(inst: Instance, pc) -> Instance:
     P = np.array([(i, j) for i in range(n) for j in range(i + 1, n)], dtype=int).reshape(-1, 2)
     rates = np.stack([pc.rates(int(pc.labels[i]), int(pc.labels[j])) for i, j in P]) if len(P) else np.zeros((0, inst.k, 2))
     return dataclasses.replace(inst, pairs=P, pair_throughput=rates)
+
+
+# -- instances from the peers' own data ($OPTSCHED_PEER_DATA) ---------------------------------
+
+GAVEL_TYPES = ("k80", "p100", "v100")
+GAVEL_SIZES = ((1, 2, 4, 8), (0.70, 0.10, 0.15, 0.05))  # Gavel's generator: scale factors and their odds
+
+
+def peer_file(*parts: str):
+    """A file of the peers' data under $OPTSCHED_PEER_DATA (default ../shared/data);
+    OptschedError naming the path when it is absent (the bench skips the case)."""
+    import os
+    from pathlib import Path
+
+    from optsched.model import OptschedError
+
+    path = Path(os.environ.get("OPTSCHED_PEER_DATA", "../shared/data"), *parts)
+    if not path.is_file():
+        raise OptschedError(f"{path} not found (peer data; set OPTSCHED_PEER_DATA)")
+    return path
+
+
+def gavel_rows(path=None) -> dict:
+    """Gavel's measured throughput table as {(job type, scale factor): steps/s on k80, p100, v100}
+    (the solo ("null") entries; 26 job types at 1 GPU, 19 of them at 2, 4 and 8)."""
+    import ast
+    import json
+
+    raw = json.loads((path or peer_file("gavel", "simulation_throughputs.json")).read_text())
+    rows = {}
+    for key in raw["v100"]:
+        if all(key in raw[t] for t in GAVEL_TYPES):
+            rows[ast.literal_eval(key)] = np.array([raw[t][key]["null"] for t in GAVEL_TYPES], float)
+    return rows
+
+
+def philly_sizes(path=None) -> np.ndarray:
+    """Every job's GPU count in the Philly trace (Jeon et al., ATC'19): 93 % ask for 1 GPU,
+    the rest 2–128."""
+    import pandas as pd
+
+    return pd.read_csv(path or peer_file("philly", "philly.csv.gz"), usecols=["num_gpus"])["num_gpus"].to_numpy(int)
+
+
+def from_table(n: int, seed: int = 0, congested: bool = False, sizes: str = "gavel", rows=None,
+               philly=None) -> Instance:
+    """n jobs of Gavel's measured job types on k80/p100/v100: a job of s GPUs has the table's row
+    for (type, s) when measured, else the largest measured size's row × (s / size)^0.8. Scale
+    factors from Gavel's generator (``sizes="gavel"``) or drawn from the Philly trace's GPU
+    counts (``"philly"``, sizes above a type's capacity left out). Rows repeat (26 types × a few
+    sizes × 2 weights): the identical-job classes apply, unlike ``rigid``'s distinct rows."""
+    rows = rows if rows is not None else gavel_rows()
+    rng = np.random.default_rng(seed)
+    k = len(GAVEL_TYPES)
+    W = float(max(8, int(n * (CONGESTED if congested else 0.5)) // k))
+    if sizes == "philly":
+        pool = philly if philly is not None else philly_sizes()
+        sf = rng.choice(pool[pool <= W], n).astype(float)
+    else:
+        sf = rng.choice(GAVEL_SIZES[0], n, p=GAVEL_SIZES[1]).astype(float)
+    names = sorted({name for name, _ in rows})
+    kinds = rng.integers(0, len(names), n)
+    T = np.stack([_table_row(rows, names[c], int(s)) for c, s in zip(kinds, sf)])
+    base = rigid(n, k, seed)  # the rest of a job (steps, ages, tenants) as the synthetic instances
+    return dataclasses.replace(base, gpu_types=GAVEL_TYPES, throughput=T, scale_factor=sf,
+                               capacity=np.full(k, W))
+
+
+def _table_row(rows: dict, name: str, s: int) -> np.ndarray:
+    if (name, s) in rows:
+        return rows[(name, s)]
+    size = max(q for (m, q) in rows if m == name and q <= max(s, 1))
+    return rows[(name, size)] * (s / size) ** 0.8
