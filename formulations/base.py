@@ -135,6 +135,103 @@ def fallback_allocation(inst: Instance) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------
+# No idle capacity: the second stage of every fractional policy
+# --------------------------------------------------------------------------
+#
+# An LP's optimal set is often a face (makespan on an uncongested cluster: every
+# job needs only the rate that finishes it by the makespan), and a vertex of it
+# can leave most GPUs idle while jobs could run more. ``fill_idle`` gives that
+# idle capacity to jobs with time left, without lowering any job's rate: it only
+# raises entries of X. So every share row Σ_j A[m, j] X[m, j] ≥ g_m z + l_m stays
+# satisfied at the same z (A ≥ 0), a sum Σ C∘X with C ≥ 0 does not fall, and a
+# job's log, finish time or ρ does not get worse: the objective of each
+# fractional policy (max-min, water filling, makespan, finish-time fairness,
+# max throughput, cost, proportional fairness) is monotone in every job's rate,
+# so the filled allocation is optimal whenever the unfilled one was (and it
+# cannot be better than optimal). That is exact, and cheaper than a second LP
+# with the objective held: at most k + 1 passes of O(n k) numpy.
+#
+# Each pass sends every job with time left to its fastest type that still has
+# idle GPUs (ties: the type with the most idle GPUs, then the lowest index); a
+# type asked for more than it has grants every asker the same fraction of its
+# time left (a max-min split of the spare, in time) and is then full. A pass
+# fills a type or every asker's time row, so after at most k + 1 passes no job
+# with time left can use a type with idle GPUs. Pairs (space sharing) keep
+# their fractions; their time and GPUs count as used. The result does not
+# depend on the order of jobs or types beyond the documented ties.
+
+FILL_TIME = 1e-9  # a job's time row within this of 1 is full
+FILL_GPUS = 1e-9  # a type with fewer idle GPUs than this × max(W_j, 1) is full
+FILL_SAFETY = 1.0 - 1e-12  # a split type's grants stay below its idle GPUs after rounding
+
+
+def fill_idle(inst: Instance, X: np.ndarray, rate: np.ndarray | None = None, pair_time: np.ndarray | None = None,
+              pair_gpus: np.ndarray | None = None) -> np.ndarray:
+    """X with idle usable capacity given to jobs with time left (see above); ``rate``: how a
+    job ranks its types (default its throughput); ``pair_time`` / ``pair_gpus``: the time
+    (per job) and GPUs (per type) that space-shared pairs already take."""
+    X = np.array(X, dtype=float)
+    s = inst.scale_factor.astype(float)
+    usable = fill_usable(inst)
+    rate = inst.throughput if rate is None else np.asarray(rate, dtype=float)
+    left = np.maximum(1.0 - X.sum(axis=1) - (0.0 if pair_time is None else pair_time), 0.0)
+    spare = np.maximum(inst.capacity - s @ X - (0.0 if pair_gpus is None else pair_gpus), 0.0)
+    open_ = spare > FILL_GPUS * np.maximum(inst.capacity, 1.0)
+    left[left <= FILL_TIME] = 0.0
+    for _ in range(inst.k + 1):
+        ask = usable & open_[None, :] & (left > 0)[:, None]
+        jobs = np.flatnonzero(ask.any(axis=1))
+        if len(jobs) == 0:
+            break
+        to = _fill_choice(rate[jobs], ask[jobs], spare)
+        demand = np.bincount(to, weights=s[jobs] * left[jobs], minlength=inst.k)
+        split = demand > spare
+        frac = np.where(split, FILL_SAFETY * spare / np.where(split, demand, 1.0), 1.0)
+        grant = left[jobs] * frac[to]
+        X[jobs, to] += grant
+        left[jobs] = np.where(split[to], left[jobs] - grant, 0.0)
+        spare = np.where(split, 0.0, np.maximum(spare - demand, 0.0))
+        open_ &= ~split & (spare > FILL_GPUS * np.maximum(inst.capacity, 1.0))
+    return X
+
+
+def _fill_choice(rate: np.ndarray, ask: np.ndarray, spare: np.ndarray) -> np.ndarray:
+    """Each row's fastest asked type; ties by the most idle GPUs, then the lowest index."""
+    r = np.where(ask, rate, -np.inf)
+    top = ask & (r == r.max(axis=1, keepdims=True))
+    return np.where(top, spare[None, :], -np.inf).argmax(axis=1)
+
+
+def fill_usable(inst: Instance) -> np.ndarray:
+    """(n, k) where a job could use more of a type: it runs there and has work left
+    (a job known to have no steps left gets no idle GPUs)."""
+    done = np.nan_to_num(inst.steps_remaining, nan=1.0) <= 0
+    return inst.available & ~done[:, None]
+
+
+def utilization(inst: Instance, X: np.ndarray, pair_time: np.ndarray | None = None,
+                pair_gpus: np.ndarray | None = None) -> dict:
+    """Utilization of usable capacity: per type, GPUs used / (GPUs used + idle GPUs that jobs
+    with time left could run on: min(idle, Σ s_m × time left over those jobs)); total: the
+    sums' ratio. 1.0 everywhere exactly when no job could run more within idle capacity
+    (fill_idle's guarantee); None for a type no job can use."""
+    s = inst.scale_factor.astype(float)
+    used = s @ X + (0.0 if pair_gpus is None else pair_gpus)
+    left = np.maximum(1.0 - X.sum(axis=1) - (0.0 if pair_time is None else pair_time), 0.0)
+    left[left <= FILL_TIME] = 0.0
+    spare = np.maximum(inst.capacity - used, 0.0)
+    could = (s * left) @ fill_usable(inst)
+    idle = np.minimum(spare, could)
+    idle[idle <= FILL_GPUS * np.maximum(inst.capacity, 1.0)] = 0.0
+    usable = used + idle
+    frac = [float(u / v) if v > 0 else None for u, v in zip(used, usable)]
+    total = float(used.sum() / usable.sum()) if usable.sum() > 0 else None
+    return {"total": total, "by_type": dict(zip(inst.gpu_types, frac)),
+            "usable_gpus": {t: float(v) for t, v in zip(inst.gpu_types, usable)},
+            "of_capacity": float(used.sum() / inst.capacity.sum()) if inst.capacity.sum() > 0 else None}
+
+
+# --------------------------------------------------------------------------
 # Shared pieces of the policy family
 # --------------------------------------------------------------------------
 

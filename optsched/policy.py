@@ -80,6 +80,12 @@ PER_ROUND_POLICIES = frozenset({
 # keeps each job's batch size fixed and chooses only GPU counts.
 GOODPUT_POLICIES = frozenset({"pollux", "sia", "optimus"})
 FIXED_BATCH_POLICIES = frozenset({"optimus"})
+# Procedures whose allocation is time fractions of an objective monotone in every job's
+# rate (water filling, hierarchical): like every block-LP policy, their idle usable
+# capacity goes to jobs with time left (formulations/base.fill_idle, ``fill_idle=``).
+# The priority orders and the seeds' and elastic schedulers place whole jobs by their
+# own rules (a job waits in FIFO by design): no fill.
+FILLED_PROCEDURES = frozenset({"water_filling", "hierarchical"})
 
 
 # Policies from other packages: an entry point in this group names a module
@@ -191,8 +197,12 @@ def solve_instance(
     """``solver``: auto | ipm | clarabel | highs | highs-simplex (optsched.solvers);
     ``fast`` is accepted and ignored (every policy takes the fast path now).
     ``warm``: (prices per type, level[, crossover slacks]) of a similar program,
-    for policies that are one block LP (POP's sibling partitions); others ignore it."""
+    for policies that are one block LP (POP's sibling partitions); others ignore it.
+    ``fill_idle`` (default True): the fractional policies' second stage, which gives
+    capacity the optimum leaves idle to jobs with time left without worsening the
+    objective (formulations/base.fill_idle); False returns the solver's raw optimum."""
     options.pop("fast", None)
+    fill = fill_option(options.pop("fill_idle", True))
     if "packing" in options:  # "false" or 2 would read as true on the colocation path below
         from optsched.checks import check_flag
 
@@ -203,9 +213,9 @@ def solve_instance(
 
         packed, inst = solve_by_model(inst, policy, time_limit, options)
         if packed is not None:
-            return packed
+            return fill_allocation(inst, packed, is_agnostic(policy, options)) if fill else packed
         if "colocation" not in inst.extras:  # the table became candidate pairs (else: nothing to pair)
-            alloc = solve_instance(inst, policy, solver, time_limit, warm, **options)
+            alloc = solve_instance(inst, policy, solver, time_limit, warm, fill_idle=fill, **options)
             cap = options.get("max_partners", 8)
             alloc.explanation["colocation"] = (f"candidate pairs ({len(inst.pairs):,}; each job picks "
                                                + ("every partner" if cap is None else f"at most {cap} partners") + ")")
@@ -228,21 +238,69 @@ def solve_instance(
     opts.update(options)
     try:
         imports += load_modules(policy_imports(mod, opts))
-    except ModuleNotFoundError as e:  # (a plugin's IMPORTS naming a module this environment lacks)
-        raise OptschedError(f"policy: {policy!r} needs the module {e.name!r}, which is not installed") from None
+    except ModuleNotFoundError as e:  # (an optional extra's module, or a plugin's IMPORTS this environment lacks)
+        from optsched.extras import missing
+
+        raise (missing(f"policy: {policy}", e)
+               or OptschedError(f"policy: {policy!r} needs the module {e.name!r}, which is not installed")) from None
     if hasattr(mod, "allocate"):
         if inst.n == 0:
             alloc = Allocation.of(inst, policy, np.zeros((0, inst.k)), "optimal", float("nan"), 0.0)
         else:
             alloc = finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit,
                                                         **opts))
+            if fill and POLICIES.get(policy, ("",))[0] in FILLED_PROCEDURES:
+                alloc = fill_allocation(inst, alloc, is_agnostic(policy, opts))
     else:
-        alloc = solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, **opts)
+        alloc = solve_formulation(inst, policy, mod.build, solver, time_limit, warm=warm, fill_idle=fill, **opts)
     # The policy's module and what its solve imports (IMPORTS), loaded before any timer: a cold process.
     return dataclasses.replace(alloc, import_seconds=alloc.import_seconds + imports) if imports else alloc
 
 
 PLUMBING = frozenset({"inst", "policy", "solver", "time_limit"})  # what solve_instance passes itself
+
+
+def is_agnostic(policy: str, options: dict) -> bool:
+    """The policy reads no type differences (``*_agnostic``, or agnostic=True): the fill then
+    ranks a job's usable types alike (most idle GPUs first) instead of by its throughput."""
+    return bool(options.get("agnostic", POLICIES.get(policy, ("", {}))[1].get("agnostic", False)))
+
+
+def fill_option(value) -> bool:
+    from optsched.checks import check_flag
+
+    return check_flag("fill_idle", value)
+
+
+def fill_allocation(inst: Instance, alloc: Allocation, agnostic: bool = False) -> Allocation:
+    """``alloc`` with its idle usable capacity given to jobs with time left
+    (formulations/base.fill_idle; pairs keep their fractions): effective throughputs,
+    capacity use, shares and utilization follow; the objective, prices and bottleneck
+    marks are the solve's (the fill cannot lower a job's rate). Allocations of GPU
+    counts pass unchanged."""
+    from optsched.formulations.base import fill_idle, utilization
+
+    if alloc.gpu_counts is not None or alloc.fractions.shape != (inst.n, inst.k):
+        return alloc
+    t0 = time.perf_counter()
+    pair_time, pair_gpus = _pair_use(inst, alloc.pairs, alloc.pair_fractions)
+    rate = inst.available.astype(float) if agnostic else inst.throughput
+    X = fill_idle(inst, alloc.fractions, rate, pair_time, pair_gpus)
+    thr = np.asarray(alloc.effective_throughput, dtype=float) + (inst.throughput * (X - alloc.fractions)).sum(axis=1)
+    explanation = {**alloc.explanation, **_relative_shares(inst, thr),
+                   "capacity_used": {t: float(u) for t, u in zip(inst.gpu_types, inst.scale_factor @ X + pair_gpus)},
+                   "utilization": utilization(inst, X, pair_time, pair_gpus)}
+    decode = time.perf_counter() - t0
+    return dataclasses.replace(alloc, fractions=X, effective_throughput=thr, explanation=explanation,
+                               decode_seconds=alloc.decode_seconds + decode, solve_seconds=alloc.solve_seconds + decode)
+
+
+def _pair_use(inst: Instance, pairs: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(time per job, GPUs per type) that space-shared pairs take."""
+    if len(pairs) == 0 or Y.size == 0:
+        return np.zeros(inst.n), np.zeros(inst.k)
+    time_ = np.bincount(np.asarray(pairs).reshape(-1), weights=np.repeat(Y.sum(axis=1), 2), minlength=inst.n)
+    return time_, inst.scale_factor[np.asarray(pairs)[:, 0]].astype(float) @ Y
 
 
 def entry_point(mod):
@@ -317,6 +375,9 @@ def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
     t0 = time.perf_counter()
     X = clean_fractions(alloc.fractions.copy(), inst)
     explanation = {**explain(inst, X, None, None, None), **alloc.explanation}
+    from optsched.formulations.base import utilization
+
+    explanation["utilization"] = utilization(inst, X)
     thr = (inst.throughput * X).sum(axis=1)
     decode = time.perf_counter() - t0
     return dataclasses.replace(alloc, fractions=X, effective_throughput=thr, explanation=explanation,
@@ -324,9 +385,10 @@ def finish_procedure(inst: Instance, alloc: Allocation) -> Allocation:
 
 
 def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limit: float, warm=None,
-                      **opts) -> Allocation:
+                      fill_idle: bool = True, **opts) -> Allocation:
     """Build → solve → decode; on solver failure (or a time limit) fall back to
-    the equal share scaled to fit, with a logged warning."""
+    the equal share scaled to fit, with a logged warning. ``fill_idle``: the second
+    stage (formulations/base.fill_idle) before the explanation, on the fallback too."""
     t0 = time.perf_counter()
     form = build(inst, **opts)
     build_seconds = time.perf_counter() - t0
@@ -360,8 +422,17 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
             None if sol.price is None else sol.price / form.unit)
     else:
         X, status, objective, prices = _fallback(inst, policy, sol.backend, sol.message or sol.status)
+    pair_time, pair_gpus = (np.zeros(inst.n), np.zeros(inst.k)) if Y is None else (pk.time(Y), pk.gpus(Y))
+    if fill_idle:
+        from optsched.formulations.base import fill_idle as fill
+
+        X = fill(inst, X, inst.available.astype(float) if opts.get("agnostic") else inst.throughput,
+                 pair_time, pair_gpus)
     # A fallback's lowest shares are not a bottleneck of the policy: no marks.
     explanation = explain(inst, X, form.share(X, Y) if sol.ok else None, prices, objective if sol.ok else None)
+    from optsched.formulations.base import utilization
+
+    explanation["utilization"] = utilization(inst, X, pair_time, pair_gpus)
     explanation.update(form.info)
     explanation["backend"] = sol.backend  # what solved it (proportional_fairness: clarabel whatever --solver says)
     log.info("%s: %d jobs x %d types, %s backend %s: %s in %.3f s", policy, inst.n, inst.k, solver, sol.backend,

@@ -8,8 +8,10 @@ point: the first alone, the others (in a process pool when that pays) warm from
 its GPU prices, which for max-min policies start an exact crossover. The merged allocation satisfies every
 constraint of the full problem: a job's row is its group's row, and the groups'
 capacities add up to the cluster's. What it gives up is the exchange between
-groups (a fast job in one group cannot use a GPU another group leaves idle),
-which the bench measures as the loss against the exact solve.
+groups (a fast job in one group cannot take a GPU from another group's program),
+which the bench measures as the loss against the exact solve. GPUs a group
+leaves idle are not lost: the merged allocation gets the same second stage as
+an exact solve (``fill_idle``, formulations/base.fill_idle), across groups.
 
 Objectives merge by the policy's family: max-min policies take the minimum over
 groups (the normalized share depends on capacity ratios only, which every
@@ -179,6 +181,11 @@ def solve_partitioned(
     X = np.zeros((inst.n, inst.k))
     for g, a in zip(groups, parts):
         X[g] = a.fractions
+    from optsched.formulations.base import fill_idle, utilization
+    from optsched.policy import fill_option, is_agnostic
+
+    if fill_option(options.get("fill_idle", True)):  # each group filled its own 1/k; another group's jobs may use its idle GPUs
+        X = fill_idle(inst, X, inst.available.astype(float) if is_agnostic(policy, options) else inst.throughput)
     objectives = [a.objective for a in parts]
     objective = {"min": min, "max": max, "sum": sum}[family](objectives)
     at_level = None
@@ -189,6 +196,7 @@ def solve_partitioned(
     distinct = sorted({a.status for a in parts})
     status = distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
     explanation = {**_merged_explanation(inst, X, parts, family, objective), "partitions": k,
+                   "utilization": utilization(inst, X),
                    **({"bottleneck_jobs": [inst.job_ids[m] for m in at_level]} if at_level is not None else {}),
                    "partition_status": [a.status for a in parts],
                    "partition_solve_seconds": [a.solve_seconds for a in parts]}
