@@ -57,6 +57,30 @@ def test_docs_block(page: Path, block: Block, page_roots):
     run_block(block, page_roots(page), where)
 
 
+README_TOUR = "the README's tour"
+
+
+def test_tour_blocks_are_the_readmes():
+    """The site's home repeats the README's tour; its blocks are skipped here
+    because tests/test_readme.py runs them, so each must be a README block verbatim."""
+    readme = {b.body for b in extract_blocks((ROOT / "README.md").read_text()) if not b.skip}
+    tour = [(page, b) for page, b in CASES if b.skip and b.skip.startswith(README_TOUR)]
+    assert tour, "docs/index.md has no tour blocks"
+    for page, b in tour:
+        assert b.body in readme, f"docs/{page.relative_to(DOCS)} line {b.line}: not a README block, so not tested"
+
+
+def test_readme_links_exist():
+    """The README is read on its own (GitHub, PyPI): its relative links must point at files."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    targets = [m.split("#")[0] for m in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in m and not m.startswith("#")]
+    assert targets
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"
+
+
 def test_skip_marker_needs_a_reason():
     """A bare skip marker (no reason) is not honoured: the block would run, and a
     reviewer could not tell why it was meant to be skipped."""
