@@ -386,6 +386,9 @@ def _settled_master(d: _Data, single, explicit, cand, slack: float, deadline: fl
     return None
 
 
+MASTER_PIVOTS = 20  # per master row: the pivot limit of one master solve (a work limit, not a clock)
+
+
 def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray,
             deadline: float = float("inf")) -> _Master | None:
     """max z over the explicit jobs' columns; single-type jobs folded into the
@@ -415,9 +418,11 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
     c[-1] = -1.0
     # z >= 0: the folded rows stay linear. Primal simplex: z's column is dense (every
     # explicit share row and capacity row), where HiGHS's dual simplex took 2-3× the pivots.
-    # The caller's deadline bounds HiGHS too (a master of thousands of jobs can run for a minute).
-    sol = solve_lp(c, A_ub, b_ub, lb=0.0, ub=np.inf, backend="highs-simplex", highs_options={"simplex_strategy": 4},
-                   time_limit=max(min(deadline - time.perf_counter(), 60.0), 1e-3))
+    # A master of thousands of jobs can run for a minute: a pivot limit (deterministic, whatever
+    # the machine's load) gives up on it; the caller's deadline (the user's time limit) bounds it too.
+    sol = solve_lp(c, A_ub, b_ub, lb=0.0, ub=np.inf, backend="highs-simplex",
+                   highs_options={"simplex_strategy": 4, "simplex_iteration_limit": MASTER_PIVOTS * (k + 2 * e + 1)},
+                   time_limit=max(deadline - time.perf_counter(), 1e-3))
     if not sol.ok or sol.x[-1] <= 1e-12:
         return None  # z at its bound 0: the folded rows may not be linear there
     Xe = np.zeros((e, k))
