@@ -30,12 +30,12 @@ def trace():
 @pytest.fixture
 def never_solved(monkeypatch):
     """Fails the test if any round's policy is solved: the refusal must come before the first round."""
-    import optsched.sim.loop as loop
+    import optsched.core as core  # (the scheduling core solves every executor's rounds)
 
     def boom(*a, **k):
         raise AssertionError("a round was solved: the option was not refused up front")
 
-    monkeypatch.setattr(loop, "compute_allocation", boom)
+    monkeypatch.setattr(core, "compute_allocation", boom)
 
 
 def _refused(trace, option: str, **kw) -> str:

@@ -7,7 +7,8 @@ in one loop of stages (optsched/sim/stages.py), each round in this order:
                the wait counts in the JCT);
     observe    elastic jobs' goodput models are refit from the step times they
                ran at (goodput policies only: pollux, sia);
-    policy     the allocation X is recomputed when jobs arrived or left, but
+    policy     (the scheduling core, optsched/core.py, as for every executor)
+               the allocation X is recomputed when jobs arrived or left, but
                not sooner than ``min_recompute_interval`` s after the previous
                recomputation (Gavel: 1,920 s), and at least every
                ``recompute_every`` rounds (default: every round for policies
@@ -49,16 +50,14 @@ from typing import Callable
 
 import numpy as np
 
+from optsched.core import ADMISSION, POLLUX_TIRESIAS_THRESHOLD, RoundCore, RoundRules, check_admission
 from optsched.model import Cluster, OptschedError
 from optsched.sim.jobs import JobArrays
 from optsched.sim.limits import MAX_ROUNDS, check_job_rounds, check_sim_options, default_round_length
-from optsched.sim.policy_step import ClassSolveCache, compute_allocation
 from optsched.sim.stages import (
-    PER_ROUND_POLICIES, ROUND_COLUMNS, ActiveSet, LoopState, SimState, admit, allocate, apply_progress, instance,
-    observe, round_record, should_recompute, simulated_progress,
+    ROUND_COLUMNS, ActiveSet, LoopState, SimState, admit, allocate, apply_progress, instance, observe, round_record,
+    simulated_progress,
 )
-
-ADMISSION = ("accept-all", "load")
 ALLOCATOR_OPTIONS = ("queue", "type_order", "work_conserving", "gpus_per_server", "placement_time_limit",
                      "migration_cost", "hysteresis")
 
@@ -112,10 +111,7 @@ class SimConfig:
             raise OptschedError(f"--restart-overhead: {self.restart_overhead!r} is not a number of seconds or 'application'")
         self._check_types()
         check_sim_options(self.__dict__, elastic)
-        if self.admission not in ADMISSION:
-            raise OptschedError(f"--admission: unknown {self.admission!r} (choose from {', '.join(ADMISSION)})")
-        if self.load_factor is not None and self.admission != "load":
-            raise OptschedError("--load-factor: applies only with --admission load")
+        check_admission(self.admission, self.load_factor)
         if not self.time_limit > 0:
             raise OptschedError(f"--time-limit: must be positive, got {self.time_limit:g}")
         if self.loss_threshold is not None and not (0 <= self.loss_threshold < np.inf):
@@ -178,6 +174,11 @@ class SimConfig:
 
     def resolved_round_length(self, elastic: bool) -> float:
         return self.round_length if self.round_length is not None else default_round_length(elastic)
+
+    def rules(self, elastic: bool) -> RoundRules:
+        """The core's rules of a round under this configuration."""
+        return RoundRules(self.policy, self.solver, self.time_limit, self.aggregate, self.packing, self.partitions,
+                          self.min_recompute_interval, self.recompute_every, dict(self.policy_options), elastic)
 
 
 def check_queue(allocator_options: dict | None) -> None:
@@ -244,17 +245,6 @@ class _Run:
                    else np.array([cluster.price_per_hour.get(t, np.nan) for t in types], dtype=float))
 
 
-def _policy_options(config: SimConfig, jobs: JobArrays) -> dict:
-    options = dict(config.policy_options)
-    if config.packing and config.policy != "gandiva":  # gandiva packs by itself once the instance has pairs
-        options.setdefault("packing", True)
-    if config.policy == "tiresias" and jobs.any_elastic:
-        # The Pollux simulator's Tiresias: two queues split at 16 GPU-hours, no starvation promotion.
-        options.setdefault("thresholds", (POLLUX_TIRESIAS_THRESHOLD,))
-        options.setdefault("starvation_factor", 0.0)
-    return options
-
-
 def _window(config: SimConfig, n: int) -> np.ndarray | None:
     """The jobs ``--window`` [lo, hi) counts, or None for all."""
     if config.window is None:
@@ -306,7 +296,6 @@ def simulate_jobs(
     ``features``: per-job predictor features aligned with ``jobs`` (stages.instance);
     ``resources``: jobs' CPU/memory profiles (stages.ResourceProfiles)."""
     from optsched.allocator import Allocator
-    from optsched.policy import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
 
     config.validate(jobs.any_elastic)
     check_job_rounds(jobs, cluster, config)  # before the first round: a run over the bound is refused, not started
@@ -318,21 +307,19 @@ def simulate_jobs(
     run = _Run.of(jobs, cluster, config, in_window)
     allocator = Allocator(cluster, placement=config.placement, seed=config.seed, round_length=run.round_length,
                           **config.allocator_options)
+    core = RoundCore(config.rules(jobs.any_elastic), allocator)
     total_gpus = run.capacity.sum()
-    goodput_policy = config.policy in GOODPUT_POLICIES
-    fixed_batch = config.policy in FIXED_BATCH_POLICIES  # chooses GPU counts, keeps each job's batch size
+    goodput_policy = core.rules.goodput_policy
+    fixed_batch = core.rules.fixed_batch  # chooses GPU counts, keeps each job's batch size
     st = SimState.empty(jobs, goodput_policy and not fixed_batch)
-    every = config.recompute_every
-    if every is None and config.policy in PER_ROUND_POLICIES:
-        every = 1
-    policy_options = _policy_options(config, jobs)
     ls = LoopState(now=float(jobs.arrival[0]) if n else 0.0)
     ls.window_left = int(window.size) if window is not None else -1
 
     rounds: list[tuple] = []
     wall0 = _time.perf_counter()
-    class_cache = ClassSolveCache()  # a recomputation with unchanged job classes reuses the last solve
-    by_type = _packing_by_type(config, jobs, policy_options)  # max-min packing over every pair, per job type
+    by_type = _packing_by_type(config, jobs, core.rules.options())  # max-min packing over every pair, per job type
+    observe_fn = (lambda: observe(st, ls.active)) if jobs.any_elastic else None
+    pair_fn = (lambda: by_type(ls.active)) if by_type is not None else None
 
     while True:
         # --- admission ---
@@ -353,46 +340,28 @@ def simulate_jobs(
         if ls.view is None:
             ls.view = ActiveSet.of(jobs, ls.active, config.packing, config.max_partners)
 
-        # --- observe (goodput refit) ---
-        fit_s = 0.0
-        if goodput_policy and jobs.any_elastic:
-            t0 = _time.perf_counter()
-            observe(st, ls.active)
-            fit_s = _time.perf_counter() - t0
-            ls.fit_seconds += fit_s
+        # --- the core: observe (goodput refit), policy, allocator / placement ---
+        inst, d = core.decide(
+            ls, ls.now,
+            lambda: instance(ls.view, jobs, st, run.capacity, ls.now, run.overhead, run.server, goodput_policy,
+                             fixed_batch=fixed_batch, features=features, resources=resources, price=run.price),
+            observe=observe_fn, pair_classes=pair_fn)
 
-        # --- policy ---
-        recompute = should_recompute(ls, config.min_recompute_interval, every)
-        solve_s = 0.0
-        inst = instance(ls.view, jobs, st, run.capacity, ls.now, run.overhead, run.server, goodput_policy,
-                        fixed_batch=fixed_batch, features=features, resources=resources, price=run.price)
-        if recompute:
-            t0 = _time.perf_counter()
-            ls.allocation = compute_allocation(
-                inst, config.policy, config.solver, config.time_limit, config.aggregate and not config.packing,
-                cache=class_cache, partitions=config.partitions,
-                pair_classes=by_type(ls.active) if by_type is not None else None, **policy_options,
-            )
-            solve_s = _time.perf_counter() - t0
-            ls.solver_seconds += solve_s
-            ls.recomputations += 1
-            ls.last_recompute, ls.dirty, ls.rounds_since = ls.now, False, 0
-
-        # --- allocator / placement, then execution and completion ---
-        plan = allocate(allocator, inst, ls.allocation, jobs, st, run.index_of, run.type_index)
+        # --- execution and completion ---
+        plan = allocate(d.placement, ls.allocation, jobs, st, run.index_of, run.type_index)
         prog, duration, done = _execute(run, ls, st, allocator, plan, progress_rate, resources)
         ls.stalled = 0 if done.size or np.any(prog.gained > 0) else ls.stalled + 1
 
         # --- metrics ---
-        rounds.append(round_record(ls, plan, prog, inst.n, duration, recompute, solve_s, fit_s, int(done.size),
-                                   run.capacity))
+        rounds.append(round_record(ls, plan, prog, inst.n, duration, d.recomputed, d.solve_seconds, d.fit_seconds,
+                                   int(done.size), run.capacity))
         if on_round is not None:
-            # "live": the loop's state as it stands, for in-process look-ahead (optsched.sweep.auto's fork mode)
+            # "live": the loop's state as it stands, for in-process look-ahead (optsched.sweep.auto's fork mode);
+            # "decision": the core's (placement, started / preempted / migrated) for executors' comparisons
             on_round({"time": ls.now + duration, "completed": int(np.isfinite(st.completion).sum()),
                       "active": len(ls.active), "solver_seconds": ls.solver_seconds, "jobs": n,
-                      "live": (run, st)})
+                      "live": (run, st), "decision": d, "start": ls.now, "duration": duration})
         ls.now += duration
-        ls.rounds_since += 1
 
     info = {
         "wall_seconds": _time.perf_counter() - wall0,
@@ -411,7 +380,5 @@ def simulate_jobs(
 # run is stuck for good (it used to take the 100,000-round limit, ~45 s, to say so).
 STALL_ROUNDS = 1000
 STOPPED = "they stopped progressing (a policy that leaves them without GPUs, or a progress_rate of 0)"
-
-POLLUX_TIRESIAS_THRESHOLD = 16 * 3600.0  # GPU-seconds, the Pollux simulator's Tiresias (2 queues)
 
 __all__ = ["ROUND_COLUMNS", "RunningJob", "SimConfig", "SimState", "simulate_jobs"]

@@ -1,16 +1,17 @@
-"""The stages of one scheduling round (docs/architecture.md §1), each a plain function of
-typed state — shared by the simulator's loop (optsched/sim/loop.py) and meant
-for a service's sessions and a real runtime:
+"""The simulator's stages of one scheduling round (docs/architecture.md §1):
+its job arrays, its progress model and its bookkeeping. The decision of a round
+— admission, recomputation rules, the policy solve, the allocator — is the
+scheduling core's (optsched/core.py), which the runtime and the service's
+sessions call too; the stages here feed it the simulator's view:
 
-    admit      arrivals join the active set (accept-all, or load-based FIFO);
+    admit      arrivals join the active set (core.admit: accept-all, or
+               load-based FIFO);
     observe    goodput models of elastic jobs are refit from what they ran at;
-    decide     the policy: a new Allocation when jobs arrived or left (not
-               sooner than the minimum interval), every K rounds, or every
-               round for policies that read per-round state (pollux, sia, LAS
-               orders); otherwise the same Allocation object is reused;
-    allocate   the Allocator turns the Allocation into this round's Plan:
-               which jobs run, on which type, how many GPUs and servers, who
-               shares GPUs (packed pairs), who (re)starts;
+    instance   the round's Instance of the active jobs (arrays, built once
+               per active set: ActiveSet);
+    allocate   the core's Placement as this round's Plan: which jobs run, on
+               which type, how many GPUs and servers, who shares GPUs
+               (packed pairs), who (re)starts;
     progress   the execution stage — the only one that differs between
                simulated and real execution: ``simulated_progress`` advances
                rigid jobs by throughput × time (packed pairs at their pair
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from optsched.core import DecisionState
+from optsched.core import admit as admit_jobs
 from optsched.model import Instance, OptschedError
 from optsched.policy import PER_ROUND_POLICIES  # noqa: F401  (re-decided every round; one list for every executor)
 from optsched.sim.jobs import JobArrays
@@ -65,23 +68,17 @@ class SimState:
 
 
 @dataclass
-class LoopState:
-    """What the loop carries from round to round besides per-job progress."""
+class LoopState(DecisionState):
+    """What the loop carries from round to round besides per-job progress (the
+    core's DecisionState: allocation in force, recomputation bookkeeping)."""
 
-    now: float
+    now: float = 0.0
     active: list = field(default_factory=list)
     waiting: list = field(default_factory=list)  # arrived, not admitted (load-based admission)
     next_arrival: int = 0
     demand: float = 0.0
-    allocation: object = None
-    dirty: bool = True
-    last_recompute: float = -np.inf
-    rounds_since: int = 0
     view: "ActiveSet | None" = None
     window_left: int = -1
-    solver_seconds: float = 0.0
-    fit_seconds: float = 0.0
-    recomputations: int = 0
     stalled: int = 0  # consecutive rounds in which no job progressed or finished
 
 
@@ -132,6 +129,32 @@ class Plan:
 # ---------------------------------------------------------------- loss-based termination (Blox)
 
 
+def termination_fractions(trace, threshold: float, elastic=None, where_flag: str = "--loss-threshold") -> dict:
+    """Job id -> the fraction of its work after which its loss is within relative
+    ``threshold`` of its final loss (optsched/predict/convergence.py; at least
+    1e-6, never above 1), for the trace's jobs with a convergence profile. A trace
+    without any profile, or a profile on an elastic job (``elastic``: job id ->
+    bool), is refused, one line. Every executor ends jobs by this rule."""
+    from optsched.predict.convergence import LOSS_COLUMNS, profiles_from_columns, termination_step
+
+    where = f"{trace.format} trace {trace.source}".strip()
+    if not all(c in trace.jobs for c in LOSS_COLUMNS):
+        raise OptschedError(f"{where_flag}: the {where} has no convergence profiles (columns "
+                            f"{', '.join(LOSS_COLUMNS)})")
+    profiles = dict(zip(trace.jobs["job_id"], profiles_from_columns(trace.jobs, where)))
+    out = {}
+    for jid, prof in profiles.items():
+        if prof is None:
+            continue
+        if elastic is not None and elastic.get(jid):
+            raise OptschedError(f"{where_flag}: job {jid!r} is elastic (runs to an epoch count); loss-based "
+                                "termination applies to jobs with a length")
+        out[jid] = min(max(termination_step(prof, 1.0, threshold), 1e-6), 1.0)
+    if not out:
+        raise OptschedError(f"{where_flag}: no job of the {where} has a convergence profile")
+    return out
+
+
 def loss_termination(jobs: JobArrays, trace, threshold: float) -> tuple[JobArrays, dict]:
     """Jobs whose trace row carries a convergence profile (optsched/predict/
     convergence.py ``LOSS_COLUMNS``) end when their loss is within relative
@@ -142,29 +165,16 @@ def loss_termination(jobs: JobArrays, trace, threshold: float) -> tuple[JobArray
     trace without any profile are refused, one line."""
     from dataclasses import replace
 
-    from optsched.model import OptschedError
-    from optsched.predict.convergence import LOSS_COLUMNS, profiles_from_columns, termination_step
-
-    where = f"{trace.format} trace {trace.source}".strip()
-    if not all(c in trace.jobs for c in LOSS_COLUMNS):
-        raise OptschedError(f"--loss-threshold: the {where} has no convergence profiles (columns "
-                            f"{', '.join(LOSS_COLUMNS)})")
-    profiles = dict(zip(trace.jobs["job_id"], profiles_from_columns(trace.jobs, where)))
+    elastic = ({jid: bool(e) for jid, e in zip(jobs.job_ids, jobs.is_elastic)} if jobs.is_elastic is not None
+               else None)
+    frac = termination_fractions(trace, threshold, elastic)
     steps = jobs.steps_total.copy()
     cut = 0
     for m, jid in enumerate(jobs.job_ids):
-        prof = profiles.get(jid)
-        if prof is None:
-            continue
-        if jobs.is_elastic is not None and jobs.is_elastic[m]:
-            raise OptschedError(f"--loss-threshold: job {jid!r} is elastic (runs to an epoch count); loss-based "
-                                "termination applies to jobs with a length")
-        frac = max(termination_step(prof, 1.0, threshold), 1e-6)
-        if frac < 1.0:
-            steps[m] = jobs.steps_total[m] * frac
+        f = frac.get(jid)
+        if f is not None and f < 1.0:
+            steps[m] = jobs.steps_total[m] * f
             cut += 1
-    if not any(p is not None for p in profiles.values()):
-        raise OptschedError(f"--loss-threshold: no job of the {where} has a convergence profile")
     total = float(jobs.steps_total.sum())
     report = {"loss_threshold": float(threshold), "loss_terminated_jobs": cut,
               "loss_work_fraction": float(steps.sum() / total) if total > 0 else 1.0}
@@ -180,16 +190,8 @@ def admit(ls: LoopState, jobs: JobArrays, admission: str, load_factor: float, to
         ls.next_arrival += 1
     if not ls.waiting:
         return
-    if admission == "accept-all":
-        admitted, ls.waiting = ls.waiting, []
-        ls.demand += float(jobs.scale_factor[admitted].sum())
-    else:
-        admitted = []
-        limit = load_factor * total_gpus
-        while ls.waiting and (ls.demand + jobs.scale_factor[ls.waiting[0]] <= limit or not ls.active and not admitted):
-            m = ls.waiting.pop(0)
-            admitted.append(m)
-            ls.demand += jobs.scale_factor[m]
+    admitted, ls.demand = admit_jobs(ls.waiting, jobs.scale_factor, ls.demand, admission, load_factor * total_gpus,
+                                     not ls.active)
     if admitted:
         ls.active.extend(admitted)
         ls.view = None
@@ -316,20 +318,13 @@ def optimus_extras(elastic, act: np.ndarray, jobs: JobArrays, st: SimState):
     return replace(elastic, max_gpus=cap), {"fixed_batch_size": batch, "remaining_iterations": left}
 
 
-def should_recompute(ls: LoopState, min_interval: float, every: int | None) -> bool:
-    due = ls.dirty or (every is not None and ls.rounds_since >= every)
-    return ls.allocation is None or (due and ls.now - ls.last_recompute >= min_interval)
-
-
 # ---------------------------------------------------------------- allocate
 
 
-def allocate(allocator, inst: Instance, allocation, jobs: JobArrays, st: SimState, index_of: dict,
-             type_index: dict) -> Plan:
-    """The Allocator's placement as a Plan. A job's servers are those its GPUs
+def allocate(placement, allocation, jobs: JobArrays, st: SimState, index_of: dict, type_index: dict) -> Plan:
+    """The core's placement as a Plan. A job's servers are those its GPUs
     are on, or the policy's own node count (configuration policies choose
     nodes); a job restarts when it (re)starts, moves, or changes configuration."""
-    placement = allocator.next_round(inst, allocation)
     nodes = getattr(allocation, "nodes", None)
     row_of = {jid: r for r, jid in enumerate(allocation.job_ids)} if nodes is not None else None
     ms, cols, gpus, servers, slots_of = [], [], [], [], []
