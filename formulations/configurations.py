@@ -72,23 +72,24 @@ def elastic_rows(inst: Instance) -> np.ndarray:
 
 
 class GoodputCache:
-    """Goodput rows of elastic jobs across rounds, keyed by job id + the exact
-    inputs of the row (per-configuration parameters after bootstrapping, the
-    gradient statistics, the batch-size limits, the configuration set). A hit
-    returns the very arrays a cold ``GoodputModel.optimize`` would compute, so
-    cached and cold rounds decide identically; a job whose model was refit (or
-    whose configuration set changed) simply misses. One entry per job id (a
-    refit replaces it); the least recently used ids go first beyond
-    ``max_jobs``. Not thread-safe by design: one cache per scheduler (the
-    module default serves a process's policy calls)."""
+    """Goodput rows of elastic jobs across rounds and across jobs, keyed by the exact inputs
+    of a row (per-configuration parameters after bootstrapping, the gradient statistics,
+    the batch-size limits, the configuration set). A hit returns the very arrays a cold
+    ``GoodputModel.optimize`` would compute, so cached and cold rounds decide identically;
+    a job whose model was refit (or whose configuration set changed) simply misses. Jobs
+    of one application at the same epoch share their inputs, so one batch-size search
+    serves all of them, in a round and in the rounds after (a realistic mix has a few
+    hundred distinct rows among thousands of jobs). The least recently used rows go first
+    beyond ``max_rows``. Not thread-safe by design: one cache per scheduler (the module
+    default serves a process's policy calls)."""
 
-    def __init__(self, max_jobs: int = 200_000):
+    def __init__(self, max_rows: int = 200_000):
         from collections import OrderedDict
 
-        self.max_jobs = max_jobs
-        self._rows: "OrderedDict[str, tuple[bytes, np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
-        self.hits = 0
-        self.misses = 0
+        self.max_rows = max_rows
+        self._rows: "OrderedDict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
+        self.hits = 0  # job rows found
+        self.misses = 0  # job rows computed (or shared with another job's computation this call)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -96,11 +97,6 @@ class GoodputCache:
     def clear(self) -> None:
         self._rows.clear()
         self.hits = self.misses = 0
-
-    def forget(self, job_ids) -> None:
-        """Drop jobs that left (optional: the LRU bound also retires them)."""
-        for jid in job_ids:
-            self._rows.pop(jid, None)
 
     def rows(self, job_ids, model: GoodputModel, cfg: Configurations, P: np.ndarray,
              elastic: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -110,33 +106,32 @@ class GoodputCache:
         scal = np.stack([model.grad_sqr, model.grad_var, model.init_batch_size, model.max_batch_size,
                          model.min_local_bsz, model.max_local_bsz, np.full(n, float(model.accumulation))], axis=1)
         sig = np.concatenate([cfg.gpus, cfg.nodes]).astype(float)
-        keys = np.concatenate([P.reshape(n, -1), scal, np.broadcast_to(sig, (n, len(sig)))], axis=1)
-        keys = np.ascontiguousarray(keys)
+        keys = np.ascontiguousarray(np.concatenate([P.reshape(n, -1), scal, np.broadcast_to(sig, (n, len(sig)))],
+                                                   axis=1))
         G = np.zeros((n, C))
         B = np.zeros((n, C), dtype=int)
         S = np.zeros((n, C), dtype=int)
-        todo = []
         rows = self._rows
+        todo: dict[bytes, list[int]] = {}
         for m in np.flatnonzero(elastic):
-            jid = job_ids[m]
-            hit = rows.get(jid)
-            if hit is not None and hit[0] == keys[m].tobytes():
-                G[m], B[m], S[m] = hit[1], hit[2], hit[3]
-                rows.move_to_end(jid)
+            key = keys[m].tobytes()
+            hit = rows.get(key)
+            if hit is not None:
+                G[m], B[m], S[m] = hit
+                rows.move_to_end(key)
             else:
-                todo.append(m)
-        self.hits += int(elastic.sum()) - len(todo)
-        self.misses += len(todo)
+                todo.setdefault(key, []).append(int(m))
+        self.misses += sum(len(v) for v in todo.values())
+        self.hits += int(elastic.sum()) - sum(len(v) for v in todo.values())
         if todo:
-            t = np.asarray(todo)
+            t = np.array([v[0] for v in todo.values()])  # one job per distinct row
             sub = model.take(t)
             g, b, s = sub.optimize(np.broadcast_to(cfg.nodes, (len(t), C)), np.broadcast_to(cfg.gpus, (len(t), C)),
                                    params=P[t])
-            G[t], B[t], S[t] = g, b, s
-            for i, m in enumerate(todo):
-                rows[job_ids[m]] = (keys[m].tobytes(), g[i], b[i], s[i])
-                rows.move_to_end(job_ids[m])
-            while len(rows) > self.max_jobs:
+            for i, (key, ms) in enumerate(todo.items()):
+                G[ms], B[ms], S[ms] = g[i], b[i], s[i]
+                rows[key] = (g[i], b[i], s[i])
+            while len(rows) > self.max_rows:
                 rows.popitem(last=False)
         return G, B, S
 
@@ -249,6 +244,7 @@ class Assignment:
     status: str
     solve_seconds: float
     lp_bound: float  # LP relaxation value (nan if not computed)
+    certificate: dict | None = None  # how the bound was found (dual evaluations, dual gap)
 
 
 def _incidence(n: int, k: int, m, c, cfg: Configurations):
@@ -260,13 +256,13 @@ def _incidence(n: int, k: int, m, c, cfg: Configurations):
     return jobs, cap
 
 
-def _highs_model(u: np.ndarray, A, row_upper: np.ndarray, integer: bool):
+def _highs_model(u: np.ndarray, A, row_upper: np.ndarray, integer: bool, col_upper: np.ndarray | None = None):
     import highspy
 
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = len(u), A.shape[0]
     lp.col_cost_ = -u  # HiGHS minimizes
-    lp.col_lower_, lp.col_upper_ = np.zeros(len(u)), np.ones(len(u))
+    lp.col_lower_, lp.col_upper_ = np.zeros(len(u)), np.ones(len(u)) if col_upper is None else col_upper
     lp.row_lower_, lp.row_upper_ = np.full(A.shape[0], -highspy.kHighsInf), row_upper
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
@@ -275,19 +271,27 @@ def _highs_model(u: np.ndarray, A, row_upper: np.ndarray, integer: bool):
     return lp
 
 
-def _run_highs(lp, time_limit: float, mip: bool, start: np.ndarray | None = None, rel_gap: float = MIP_REL_GAP):
-    """(status, y or None, objective) — never raises for solver trouble."""
+def _run_highs(lp, time_limit: float, mip: bool, start: np.ndarray | None = None, rel_gap: float = MIP_REL_GAP,
+               nodes: int | None = None, target: float | None = None):
+    """(status, y or None, objective) — never raises for solver trouble. Deterministic: one
+    thread, a fixed seed, and work limits (``nodes``); ``time_limit`` (wall clock) is the
+    caller's safety net only, and the status says when it fired."""
     import highspy
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
     h.setOptionValue("time_limit", float(max(time_limit, 1e-3)))
     if mip:
         h.setOptionValue("mip_rel_gap", float(rel_gap))
+        if nodes is not None:
+            h.setOptionValue("mip_max_nodes", int(nodes))
+        if target is not None:  # stop at the first answer worth this much (HiGHS minimizes −u)
+            h.setOptionValue("objective_target", -float(target))
     try:
         h.passModel(lp)
-        if start is not None:  # a feasible incumbent (the rounded LP) prunes the search
+        if start is not None:  # a feasible incumbent prunes the search
             sol = highspy.HighsSolution()
             sol.col_value = list(start)
             h.setSolution(sol)
@@ -297,12 +301,9 @@ def _run_highs(lp, time_limit: float, mip: bool, start: np.ndarray | None = None
     status = h.getModelStatus()
     sol = h.getSolution()
     y = np.asarray(sol.col_value) if sol.value_valid else None
-    if not mip and sol.dual_valid:
-        _run_highs.row_dual = np.asarray(sol.row_dual)
-    name = {highspy.HighsModelStatus.kOptimal: "optimal", highspy.HighsModelStatus.kTimeLimit: "time_limit"}.get(status, str(status))
+    S = highspy.HighsModelStatus
+    name = {S.kOptimal: "optimal", S.kTimeLimit: "time_limit", S.kSolutionLimit: "node_limit"}.get(status, str(status))
     return name, y, -float(h.getInfo().objective_function_value) if y is not None else float("nan")
-
-
 
 
 def undominated(U: np.ndarray, cfg: Configurations) -> np.ndarray:
@@ -322,79 +323,108 @@ def undominated(U: np.ndarray, cfg: Configurations) -> np.ndarray:
 def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, time_limit: float = 60.0,
                      solver: str = "highs", force_fallback: bool = False,
                      start: np.ndarray | None = None, rel_gap: float = MIP_REL_GAP) -> Assignment:
-    """The assignment MILP with HiGHS (highspy directly: 3× faster than through
-    cvxpy), over undominated pairs only (exact, see ``undominated``): the LP
-    relaxation first (an integral vertex is the MILP optimum), then its integral
-    jobs fixed and a small exact MILP over the fractional ones, accepted within
-    ``rel_gap`` of the LP bound; else full branch-and-cut with that gap, warm
-    started from the best answer so far and ``start`` (a previous choice, (n,),
-    -1 = none, used when it fits). Fallback on a time limit: LP + greedy
-    rounding, or the best incumbent.
-
-    ``time_limit`` is wall-clock seconds for each HiGHS call (HiGHS's own
-    ``time_limit`` option counts elapsed time, not CPU time): on a loaded
-    machine a round can reach it after a few CPU seconds and fall back (the
-    status then says so). Raise it there rather than read a fallback as slow."""
+    """The assignment MILP over undominated pairs only (exact, see ``undominated``): the
+    Lagrangian dual over the k capacity rows (``lagrangian_prices``; its minimum is the LP
+    bound), the jobs' best responses at its prices with the tied jobs decided by a small
+    MILP (``_tie_repair``), accepted when within ``rel_gap`` of the bound; else HiGHS's
+    branch-and-cut over every pair with that gap, started from the best answer so far and
+    ``start`` (a previous choice, (n,), -1 = none, used when it fits), capped at
+    FULL_MILP_NODES nodes. Every cap counts work, so the answer is the same on an idle and a
+    loaded machine. ``time_limit`` (wall-clock seconds for the whole call) is the caller's
+    safety net, the one path whose answer can depend on load: when it fires the best answer
+    found is returned and the status says so. ``force_fallback``: the LP relaxation rounded
+    greedily (the fallback's own path, for tests)."""
     import scipy.sparse as sp
 
     n, k = U.shape[0], len(capacity)
     t0 = time.perf_counter()
+    left = lambda: time_limit - (time.perf_counter() - t0)  # noqa: E731 (the safety net)
     m, c = np.nonzero(undominated(U, cfg))
     u = U[m, c]
     if len(m) == 0:
         return Assignment(np.full(n, -1), 0.0, "optimal", 0.0, 0.0)
-    jobs, cap = _incidence(n, k, m, c, cfg)
-    A = sp.vstack([jobs, cap]).tocsc()
-    A.sort_indices()
-    upper = np.concatenate([np.ones(n), capacity.astype(float)])
-    _run_highs.row_dual = None
-    lp_status, lp, lp_bound = _run_highs(_highs_model(u, A, upper, False), time_limit, mip=False)
-    row_dual = _run_highs.row_dual
-    if lp is None or lp_status != "optimal":
-        lp, lp_bound = np.zeros(len(m)), float("nan")
-    frac = np.minimum(np.abs(lp), np.abs(1 - lp)) >= 1e-7
-    integral = lp_status == "optimal" and not frac.any()
     if force_fallback:
-        choice = greedy_round(lp, u, m, c, n, cfg, capacity)
-        return Assignment(choice, _value(choice, U), "fallback: forced (LP relaxation + greedy rounding)",
-                          time.perf_counter() - t0, lp_bound)
-    if integral:
-        choice = _decode(lp, m, c, n)
-        return Assignment(choice, _value(choice, U), "optimal", time.perf_counter() - t0, lp_bound)
+        return _rounded_lp(U, u, m, c, n, cfg, capacity, time_limit, t0)
+    p = Pairs.of(m, c, u, cfg, n, capacity)
     candidates = []
-    if lp_status == "optimal":
-        free = _flexible_jobs(frac, u, m, c, n, cfg, row_dual)
-        fixed = _fix_and_solve(lp, free, u, m, c, n, cfg, capacity, time_limit - (time.perf_counter() - t0))
-        if fixed is not None:
-            candidates.append(fixed)
-    if not candidates:
-        candidates.append(greedy_round(lp, u, m, c, n, cfg, capacity))
+    first_cut = None
     if start is not None and len(start) == n:
         prev = np.where((start >= 0) & (U[np.arange(n), np.maximum(start, 0)] > 0), start, -1)
         if _fits(prev, cfg, capacity):
-            candidates.append(_undominate(prev, U, cfg))
-    best = max(candidates, key=lambda ch: _value(ch, U))
+            prev = _undominate(prev, U, cfg)
+            candidates.append(prev)
+            on = prev >= 0
+            first_cut = (_value(prev, U), np.bincount(cfg.gpu_type[prev[on]], weights=cfg.gpus[prev[on]], minlength=k))
+    pi, bound, lower, evals = lagrangian_prices(p, first_cut)
+    tol = rel_gap * max(abs(bound), 1.0)
+    timed_out = False
+    _, _, _, val, best_rc, _ = p.respond(pi)
+    loss = best_rc[p.m] - val  # each pair's loss at the prices (its reduced cost), ≥ 0
+    # 1) best responses, exact ties decided by the class MILP, then each type's free GPUs filled exactly
+    tie = TIE * float(np.max(np.abs(u)))
+    ch, _ = _class_milp(p, loss <= tie, best_rc <= tie, cfg, left(), force=False)
+    if ch is not None:
+        candidates += [ch, _fill_exact(ch, p, pi, bound, U, cfg)]
+    # 2) a certified answer loses at most tol at the prices, so no pair losing more is in one:
+    #    MILPs over the pairs losing at most tol/64, tol/8, ... tol (each stopped at the first
+    #    certified answer, a few hundred nodes each), then the exact reduced-cost fixing: a
+    #    pair losing more than bound − incumbent is in no better answer.
+    for frac in LADDER:
+        inc = max(candidates, key=lambda ch: _value(ch, U)) if candidates else np.full(n, -1)
+        gap = bound - _value(inc, U)
+        if gap <= tol or left() <= 0:
+            break
+        budget = min(frac * tol, gap) if frac is not None else gap
+        allowed = loss <= budget + 1e-12
+        within = np.all((inc < 0) | np.isin(inc * n + np.arange(n), (p.c * n + p.m)[allowed]))
+        ch, status = _class_milp(p, allowed, best_rc <= budget + 1e-12, cfg, left(), target=bound - tol,
+                                 start=inc if within else None,
+                                 nodes=LADDER_NODES if frac is not None else RC_MILP_NODES)
+        if ch is not None and _fits(ch, cfg, capacity):
+            candidates.append(ch)
+        timed_out = status == "time_limit"
+    best = max(candidates, key=lambda ch: _value(ch, U)) if candidates else np.full(n, -1)
     value = _value(best, U)
-    tol = rel_gap * max(abs(lp_bound), 1.0) if np.isfinite(lp_bound) else -np.inf
-    if lp_bound - value <= tol:
-        return Assignment(best, value, "optimal", time.perf_counter() - t0, lp_bound)
-    left = time_limit - (time.perf_counter() - t0)
-    start_y = (best[m] == c).astype(float)
-    y = None
-    status, y, _ = (_run_highs(_highs_model(u, A, upper, True), left, mip=True, start=start_y, rel_gap=rel_gap)
-                    if left > 0 else ("time_limit", None, 0))
-    if status == "optimal" and y is not None:
-        choice = _decode(y, m, c, n)
-        if _value(choice, U) >= value:
-            best, value = choice, _value(choice, U)
-        return Assignment(best, value, "optimal", time.perf_counter() - t0, lp_bound)
-    msg = f"time limit of {time_limit:g}s reached" if status == "time_limit" else f"solver status {status}"
-    how = "LP relaxation, fractional jobs solved exactly" if lp_status == "optimal" else "LP relaxation + greedy rounding"
-    if y is not None:
-        incumbent = _decode(y, m, c, n)
-        if _fits(incumbent, cfg, capacity) and _value(incumbent, U) > value:
-            best, how = incumbent, "HiGHS incumbent"
-    return Assignment(best, _value(best, U), f"fallback: {msg} ({how})", time.perf_counter() - t0, lp_bound)
+    extra = {"dual_evaluations": evals, "dual_gap": bound - lower}
+    if bound - value <= tol:
+        return Assignment(best, value, "optimal", time.perf_counter() - t0, bound, extra)
+    if not timed_out and left() > 0:
+        jobs, cap = _incidence(n, k, m, c, cfg)
+        A = sp.vstack([jobs, cap]).tocsc()
+        A.sort_indices()
+        upper = np.concatenate([np.ones(n), capacity.astype(float)])
+        status, y, _ = _run_highs(_highs_model(u, A, upper, True), left(), mip=True,
+                                  start=(best[m] == c).astype(float), rel_gap=rel_gap, nodes=FULL_MILP_NODES)
+        if y is not None:
+            ch = _decode(y, m, c, n)
+            if _fits(ch, cfg, capacity) and _value(ch, U) > value:
+                best, value = ch, _value(ch, U)
+        if status == "optimal":
+            return Assignment(best, value, "optimal", time.perf_counter() - t0, bound, extra)
+        timed_out = status == "time_limit"
+        why = (f"time limit of {time_limit:g}s reached" if timed_out else
+               f"node limit of {FULL_MILP_NODES} reached" if status == "node_limit" else f"solver status {status}")
+    else:
+        why = f"time limit of {time_limit:g}s reached"
+    gap = (bound - value) / max(abs(bound), 1.0)
+    return Assignment(best, value, f"fallback: {why} (best answer found, {gap:.2g} below the bound)",
+                      time.perf_counter() - t0, bound, extra)
+
+
+def _rounded_lp(U, u, m, c, n, cfg, capacity, time_limit, t0) -> Assignment:
+    """The LP relaxation (HiGHS) rounded greedily: the forced fallback."""
+    import scipy.sparse as sp
+
+    jobs, cap = _incidence(n, len(capacity), m, c, cfg)
+    A = sp.vstack([jobs, cap]).tocsc()
+    A.sort_indices()
+    upper = np.concatenate([np.ones(n), capacity.astype(float)])
+    status, lp, bound = _run_highs(_highs_model(u, A, upper, False), time_limit, mip=False)
+    if lp is None or status != "optimal":
+        lp, bound = np.zeros(len(m)), float("nan")
+    choice = greedy_round(lp, u, m, c, n, cfg, capacity)
+    return Assignment(choice, _value(choice, U), "fallback: forced (LP relaxation + greedy rounding)",
+                      time.perf_counter() - t0, bound)
 
 
 def _undominate(choice: np.ndarray, U: np.ndarray, cfg: Configurations) -> np.ndarray:
@@ -405,58 +435,6 @@ def _undominate(choice: np.ndarray, U: np.ndarray, cfg: Configurations) -> np.nd
         same = np.flatnonzero((cfg.gpu_type == cfg.gpu_type[cc]) & (cfg.gpus <= cfg.gpus[cc]) & (U[mm] > 0))
         out[mm] = same[np.argmax(U[mm, same])] if len(same) else cc
     return out
-
-
-# Jobs re-decided exactly around the LP's fractional ones: the most flexible,
-# by the LP reduced cost of their best alternative (a job that loses almost
-# nothing by changing configuration can make room for a fractional one).
-FREE_JOBS = 128
-SUB_MILP_SECONDS = 0.5  # cap on that small MILP (its incumbent is used if it stops)
-
-
-def _flexible_jobs(frac, u, m, c, n, cfg: Configurations, row_dual) -> np.ndarray:
-    """The jobs with a fractional LP entry plus the FREE_JOBS most flexible others."""
-    fjobs = np.unique(m[frac])
-    if row_dual is None or len(row_dual) < n + 1:
-        return fjobs
-    mu = np.maximum(-row_dual[:n], 0.0)  # job rows (HiGHS: ≤ rows of a minimization have duals ≤ 0)
-    pi = np.maximum(-row_dual[n:], 0.0)
-    rc = mu[m] + cfg.gpus[c] * pi[cfg.gpu_type[c]] - u  # ≥ 0; 0 on the LP's support
-    # second-smallest reduced cost per job among (its pairs, "no configuration" at rc = mu)
-    order = np.lexsort((rc, m))
-    ms, rs = m[order], rc[order]
-    first = np.searchsorted(ms, np.arange(n))
-    cnt = np.bincount(m, minlength=n)
-    second = np.where(cnt >= 2, rs[np.minimum(first + 1, len(rs) - 1)], np.inf)
-    alt = np.minimum(second, mu)
-    pick = np.argsort(alt, kind="stable")[:FREE_JOBS]
-    return np.union1d(fjobs, pick[np.isfinite(alt[pick])])
-
-
-def _fix_and_solve(lp, fjobs, u, m, c, n, cfg: Configurations, capacity, time_limit: float):
-    """The LP's choice for every job but ``fjobs`` (those with a fractional entry
-    and the most flexible), those by an exact MILP over all their pairs in the
-    capacity the others leave."""
-    choice = _decode(np.where(np.isin(m, fjobs), 0.0, lp), m, c, n)
-    on = choice >= 0
-    used = np.bincount(cfg.gpu_type[choice[on]], weights=cfg.gpus[choice[on]], minlength=len(capacity))
-    left = np.maximum(capacity - used, 0.0)
-    if (used > capacity + 1e-9).any() or time_limit <= 0:
-        return None
-    sel = np.flatnonzero(np.isin(m, fjobs))
-    local = np.searchsorted(fjobs, m[sel])
-    jobs, cap = _incidence(len(fjobs), len(capacity), local, c[sel], cfg)
-    import scipy.sparse as sp
-
-    A = sp.vstack([jobs, cap]).tocsc()
-    A.sort_indices()
-    status, y, _ = _run_highs(_highs_model(u[sel], A, np.concatenate([np.ones(len(fjobs)), left]), True),
-                              min(time_limit, SUB_MILP_SECONDS), mip=True, rel_gap=0.0)
-    if y is None:
-        return None
-    on = y > 0.5
-    choice[fjobs[local[on]]] = c[sel][on]
-    return _fill(choice, u, m, c, cfg, capacity) if _fits(choice, cfg, capacity) else None
 
 
 def _fill(choice, u, m, c, cfg: Configurations, capacity) -> np.ndarray:
@@ -519,6 +497,250 @@ def greedy_round(lp: np.ndarray, u: np.ndarray, m, c, n: int, cfg: Configuration
             if choice[m[e]] < 0 and g[e] <= free[t[e]]:
                 choice[m[e]] = c[e]
                 free[t[e]] -= g[e]
+    return choice
+
+
+# -- the Lagrangian dual over the k capacity rows ---------------------------------------
+#
+# The relaxation max Σ u_e y_e, Σ_{e of m} y_e ≤ 1, Σ_{e on j} g_e y_e ≤ W_j, y ≥ 0 has one
+# simplex per job (integral polytopes) and k coupling rows, so its value is the Lagrangian
+# dual  D(π) = Σ_m max(0, max_{e of m} u_e − π_{t(e)} g_e) + π·W  minimized over π ≥ 0 (k
+# prices): every π gives an upper bound D(π) on the MILP, and each job's best response at π
+# is exact and O(its pairs). D is convex and piecewise linear in k variables (k = the few
+# GPU types); Kelley's cutting planes (a master LP in k+1 variables that grows one row per
+# evaluation) find its minimum in a few dozen evaluations. Jobs with a unique best response
+# at the optimal prices keep it (complementary slackness); the jobs tied between options —
+# the LP's fractional ones and the interchangeable copies of one application — are decided
+# by a small MILP over their tied options only, identical jobs merged into one integer count
+# per option (no symmetric branching), in the GPUs the others leave. The answer carries its
+# certificate: D(π) − value bounds its distance to the optimum. Every limit below counts
+# work (evaluations, branch-and-bound nodes), never seconds, so the answer does not depend
+# on the machine's load; only the caller's time_limit (a safety net) can cut a solve short.
+
+DUAL_EVALUATIONS = 300  # Kelley evaluations (each O(pairs))
+DUAL_TOL = 1e-10  # relative: stop once min D − the master's bound is below this
+TIE = 1e-9  # pairs within this (relative to the largest utility) of a job's best response are tied
+TIE_MILP_NODES = 2_000  # branch-and-bound nodes of the tie MILP
+LADDER = (1 / 64, 1 / 8, 1 / 2, 1.0, None)  # loss budgets (× tol; None: the incumbent's gap)
+LADDER_NODES = 300  # nodes of each budgeted MILP
+RC_MILP_NODES = 5_000  # nodes of the MILP over the pairs reduced-cost fixing leaves
+FULL_MILP_NODES = 20_000  # nodes of the last-resort full MILP
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """The undominated (job, configuration) pairs, sorted by job, and the capacities."""
+
+    m: np.ndarray
+    c: np.ndarray
+    u: np.ndarray
+    g: np.ndarray  # GPUs (float)
+    t: np.ndarray  # type
+    starts: np.ndarray  # first pair of each job that has pairs
+    owners: np.ndarray  # those jobs
+    n: int
+    W: np.ndarray  # (k,) capacities
+
+    @classmethod
+    def of(cls, m, c, u, cfg: Configurations, n: int, capacity: np.ndarray) -> "Pairs":
+        owners, starts = np.unique(m, return_index=True)
+        return cls(m, c, u, cfg.gpus[c].astype(float), cfg.gpu_type[c], starts, owners, n,
+                   np.asarray(capacity, float))
+
+    def respond(self, pi: np.ndarray):
+        """Best responses at prices pi: (D(pi), their value, their usage (k,), reduced values (P,),
+        each job's best reduced value (n,), the chosen pairs)."""
+        val = self.u - pi[self.t] * self.g
+        best = np.zeros(self.n)
+        best[self.owners] = np.maximum(np.maximum.reduceat(val, self.starts), 0.0)
+        first = np.flatnonzero((val >= best[self.m]) & (best[self.m] > 0))
+        if len(first):  # the first pair of each job that attains its best (sorted by job, then configuration)
+            first = first[np.r_[True, self.m[first][1:] != self.m[first][:-1]]]
+        usage = np.bincount(self.t[first], weights=self.g[first], minlength=len(self.W))
+        return float(best.sum() + pi @ self.W), float(self.u[first].sum()), usage, val, best, first
+
+
+def lagrangian_prices(p: Pairs, start=None, evaluations: int = DUAL_EVALUATIONS, tol: float = DUAL_TOL):
+    """(π, D(π), the master's lower bound on min D, evaluations): Kelley's method on
+    0 ≤ π ≤ π_max (π_max_j: the largest u/g on type j — above it no job wants the type, so
+    the box holds a minimizer). ``start``: (value, usage) of a feasible choice (the running
+    configurations), the first cut."""
+    import highspy
+
+    k = len(p.W)
+    pmax = np.zeros(k)
+    np.maximum.at(pmax, p.t, p.u / p.g)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
+    inf = highspy.kHighsInf
+    idx = np.arange(k + 1, dtype=np.int32)
+    # columns θ, π_1..π_k; minimize θ subject to θ ≥ value_i + (W − usage_i)·π for every cut i
+    for lo, hi, cost in zip(np.r_[-inf, np.zeros(k)], np.r_[inf, pmax], np.r_[1.0, np.zeros(k)]):
+        h.addVar(float(lo), float(hi))
+        h.changeColCost(h.getNumCol() - 1, float(cost))
+
+    def cut(value, usage):
+        h.addRow(float(value), inf, k + 1, idx, np.r_[1.0, -(p.W - usage)])
+
+    if start is not None:
+        cut(*start)
+    pi = np.zeros(k)
+    best_pi, best_D, lower, e = pi, np.inf, -np.inf, 0
+    for e in range(1, evaluations + 1):
+        D, value, usage, *_ = p.respond(pi)
+        if D < best_D:
+            best_pi, best_D = pi, D
+        cut(value, usage)
+        h.run()
+        sol = np.asarray(h.getSolution().col_value)
+        lower = float(sol[0])
+        if best_D - lower <= tol * max(abs(best_D), 1.0):
+            break
+        pi = np.clip(sol[1:], 0.0, pmax)
+    return best_pi, best_D, lower, e
+
+
+def _class_milp(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configurations, time_limit: float,
+                target: float | None = None, start: np.ndarray | None = None, nodes: int = TIE_MILP_NODES,
+                force: bool = True):
+    """max Σ u over the ``allowed`` pairs (each job one of them, or none where ``none_ok``),
+    within the capacities: jobs with one allowed pair and no 'none' keep it; the others are
+    a MILP in which identical jobs (same allowed pairs at the same values, same 'none')
+    form one class with an integer count per configuration, so copies of one application
+    cost no symmetric branching. ``target``: stop at the first answer worth that much
+    (HiGHS's objective target — the certificate's level); ``start``: a feasible choice
+    within ``allowed``. ``force``: a class without 'none' must place every job (exact under
+    reduced-cost fixing); else any job may stay out. (choice, status), choice None if the
+    forced pairs overfill a type."""
+    import scipy.sparse as sp
+
+    n, k = p.n, len(p.W)
+    cnt = np.bincount(p.m[allowed], minlength=n) + none_ok
+    free = cnt >= 2
+    choice = np.full(n, -1)
+    forced = allowed & ~free[p.m]
+    choice[p.m[forced]] = p.c[forced]
+    on = choice >= 0
+    left = p.W - np.bincount(cfg.gpu_type[choice[on]], weights=cfg.gpus[choice[on]], minlength=k)
+    if (left < -1e-9).any():
+        return None, "infeasible"
+    sel = np.flatnonzero(allowed & free[p.m])
+    if len(sel) == 0:
+        return choice, "optimal"
+    jobs = np.unique(p.m[sel])
+    C = len(cfg.gpus)
+    row = np.searchsorted(jobs, p.m[sel])
+    sig = np.full((len(jobs), C + 1), -1.0)
+    sig[row, p.c[sel]] = p.u[sel]
+    sig[:, C] = none_ok[jobs]
+    classes, inv, count = np.unique(sig, axis=0, return_inverse=True, return_counts=True)
+    inv = inv.ravel()
+    var, first = np.unique(inv[row] * C + p.c[sel], return_index=True)
+    vc, vu, vcls = p.c[sel][first], p.u[sel][first], var // C
+    nv = len(var)
+    A = sp.vstack([
+        sp.csr_matrix((np.ones(nv), (vcls, np.arange(nv))), shape=(len(classes), nv)),
+        sp.csr_matrix((cfg.gpus[vc].astype(float), (cfg.gpu_type[vc], np.arange(nv))), shape=(k, nv)),
+    ]).tocsc()
+    A.sort_indices()
+    lower_rows = np.where((classes[:, C] > 0) | (not force), 0.0, count)  # a class that may not stay out takes all its jobs
+    lp = _highs_model(vu, A, np.r_[count.astype(float), np.maximum(left, 0.0)], True,
+                      col_upper=count[vcls].astype(float))
+    lp.row_lower_ = np.r_[lower_rows, np.full(k, -np.inf)]
+    x0 = None
+    if start is not None:
+        x0 = np.zeros(nv)
+        pos = {int(v): i for i, v in enumerate(var)}
+        for mm in jobs[start[jobs] >= 0]:
+            x0[pos[int(inv[np.searchsorted(jobs, mm)] * C + start[mm])]] += 1
+    fixed_value = float(p.u[forced].sum())
+    status, x, _ = _run_highs(lp, time_limit, mip=True, rel_gap=0.0, nodes=nodes, start=x0,
+                              target=None if target is None else target - fixed_value)
+    if x is None:
+        return None, status
+    take = np.round(x).astype(int)
+    # counts back to jobs: within a class, jobs in index order take the configurations in order
+    members = [list(jobs[inv == q]) for q in range(len(classes))]
+    for v in np.lexsort((vc, vcls)):
+        for _ in range(take[v]):
+            choice[members[vcls[v]].pop(0)] = vc[v]
+    return choice, status
+
+
+FILL_SPAN = 64  # GPUs a type's exchange may free to make room (the DP's negative states)
+
+
+def _fill_exact(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: np.ndarray,
+                cfg: Configurations) -> np.ndarray:
+    """Per GPU type, the best exchange among the jobs on it and the jobs without GPUs: each
+    such job keeps its configuration, moves to another one of that type, or stops, so that
+    the type's GPUs are used best (a multiple-choice knapsack over the type's free GPUs,
+    solved exactly by dynamic programming). At the dual prices π the gap left by the tie
+    repair is mostly π·(GPUs left idle); only moves whose loss at π is below that gap can
+    close it, which keeps the DP small."""
+    choice = choice.copy()
+    _, _, _, val, best, _ = p.respond(pi)
+    n = p.n
+    cur_u = np.zeros(n)
+    cur_g = np.zeros(n)
+    cur_t = np.full(n, -1)
+    on = choice >= 0
+    cur_u[on] = U[np.flatnonzero(on), choice[on]]
+    cur_g[on] = cfg.gpus[choice[on]]
+    cur_t[on] = cfg.gpu_type[choice[on]]
+    for t in np.argsort(-pi, kind="stable"):
+        gap = bound - float(cur_u.sum())
+        used = np.bincount(cur_t[cur_t >= 0], weights=cur_g[cur_t >= 0], minlength=len(p.W))
+        slack = int(np.floor(p.W[t] - used[t] + 1e-9))
+        if gap <= 0:
+            break
+        mine = (cur_t[p.m] == t) | (cur_t[p.m] < 0)
+        ok = mine & (p.t == t) & (best[p.m] - val <= gap) & (p.c != choice[p.m])
+        jobs = np.unique(p.m[ok])
+        if len(jobs) == 0:
+            continue
+        lo, size = -FILL_SPAN, FILL_SPAN + slack + 1  # state s = GPUs taken from the slack, in [lo, slack]
+        dp = np.full(size, -np.inf)
+        dp[-lo] = 0.0
+        back = []
+        sel = np.flatnonzero(ok)
+        starts = np.searchsorted(p.m[sel], jobs)
+        ends = np.r_[starts[1:], len(sel)]
+        for j, m in enumerate(jobs):
+            es = sel[starts[j]:ends[j]]
+            moves = [(0, 0.0, -1)]  # keep
+            if cur_t[m] == t:
+                moves.append((-int(cur_g[m]), -cur_u[m], -2))  # stop
+            base_g = cur_g[m] if cur_t[m] == t else 0.0
+            moves += [(int(p.g[e] - base_g), float(p.u[e] - cur_u[m]), int(p.c[e])) for e in es]
+            new = np.full(size, -np.inf)
+            arg = np.zeros(size, dtype=np.int16)
+            for i, (dg, du, _) in enumerate(moves):
+                shifted = np.full(size, -np.inf)
+                if dg >= 0:
+                    shifted[dg:] = dp[:size - dg] if dg else dp
+                else:
+                    shifted[:dg] = dp[-dg:]
+                shifted += du
+                better = shifted > new + 1e-12
+                new = np.where(better, shifted, new)
+                arg = np.where(better, i, arg)
+            dp = new
+            back.append((m, moves, arg))
+        s = int(np.argmax(dp))
+        if not dp[s] > 1e-12:
+            continue
+        for m, moves, arg in reversed(back):
+            dg, du, target = moves[arg[s]]
+            s -= dg
+            if target == -1:
+                continue
+            if target == -2:
+                choice[m], cur_u[m], cur_g[m], cur_t[m] = -1, 0.0, 0.0, -1
+            else:
+                choice[m], cur_u[m], cur_g[m], cur_t[m] = target, U[m, target], cfg.gpus[target], t
     return choice
 
 
