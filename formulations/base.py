@@ -592,6 +592,9 @@ def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> B
     Y = np.zeros(full.allowed.shape)
     Y[active] = np.clip(x[n * k : n * k + na * k].reshape(na, k), 0.0, None)
     z = float(x[-1]) if lp.has_z else float("nan")
-    return BlockSolution(True, "optimal", X, z, Y, value, lam, pi, _time.perf_counter() - t0, backend,
+    status = "optimal"
+    if left <= 0 and gap > CG_GAP:  # the user's time limit (the one clock-dependent path) cut the pricing short
+        status = f"feasible: time limit of {time_limit:g}s reached (pairs certified within {gap:.2%} of the optimum)"
+    return BlockSolution(True, status, X, z, Y, value, lam, pi, _time.perf_counter() - t0, backend,
                          info={"pair_rounds": rounds, "pairs_in_program": na, "pairs_priced_in": added_total,
                                "pair_gap_bound": gap, "pair_dual_bound": bound, "pair_masters": masters})

@@ -21,7 +21,10 @@ Policies (``PLACEMENT_POLICIES``):
   free GPUs (Gavel's strided walk over servers, ``_assign_workers_to_job``).
 - ``cpsat``: exact — minimize the servers spanned (Σ_u #servers of u), then the
   migrations (continuing units that lose their GPUs), with OR-tools CP-SAT
-  (``num_workers=1``, a time limit, the consolidated greedy as hint). The
+  (``num_workers=1``, a fixed seed, the consolidated greedy as hint, and the time
+  limit as CP-SAT's *deterministic* time: the same work on any machine under any
+  load, so the same placement; a wall-clock net at CPSAT_WALL_FACTOR × the limit
+  only stops a runaway solve, and the note says when it did). The
   greedy result is kept when CP-SAT does not beat it (time limit, model too
   large), with a note saying so.
 
@@ -425,12 +428,14 @@ def _cpsat_search(layout: TypeLayout, widths, previous, greedy: TypePlacement, t
     _cpsat_hint(cm, layout, greedy, previous)
     solver = _cpsat_solver(len(cm.x), time_limit, seed)
     status = solver.Solve(cm.model)
+    wall = "" if solver.WallTime() < CPSAT_WALL_FACTOR * time_limit else \
+        f" (wall-clock net of {CPSAT_WALL_FACTOR * time_limit:g} s reached: depends on the machine's load)"
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _note(greedy, f"cpsat: {solver.StatusName(status).lower()} within {time_limit:g} s; greedy kept")
+        return _note(greedy, f"cpsat: {solver.StatusName(status).lower()} within {time_limit:g} s{wall}; greedy kept")
     exact = _scored(layout, _decode(layout, previous, cm, solver), previous)
     if (exact.spans, exact.migrations) > (greedy.spans, greedy.migrations):
         return _note(greedy, "cpsat: no better than greedy within the time limit; greedy kept")
-    note = "" if status == cp_model.OPTIMAL else f"cpsat: feasible (not proven optimal) within {time_limit:g} s"
+    note = "" if status == cp_model.OPTIMAL else f"cpsat: feasible (not proven optimal) within {time_limit:g} s{wall}"
     return TypePlacement(exact.gpus, exact.spans, exact.migrations, note)
 
 
@@ -498,12 +503,18 @@ def _cpsat_hint(cm: _CpModel, layout: TypeLayout, greedy: TypePlacement, previou
         m.AddHint(cm.new1[g], int(new_hint[g]))
 
 
+CPSAT_WALL_FACTOR = 30.0  # the wall-clock net of a CP-SAT placement, × its deterministic time limit
+
+
 def _cpsat_solver(variables: int, time_limit: float, seed: int):
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = float(time_limit)
+    # Deterministic time (CP-SAT's work measure, ~seconds on an idle machine): a wall-clock limit
+    # gave a different placement on a busy machine. The wall-clock net only stops a runaway solve.
+    solver.parameters.max_deterministic_time = float(time_limit)
+    solver.parameters.max_time_in_seconds = CPSAT_WALL_FACTOR * float(time_limit)
     solver.parameters.random_seed = int(seed)
     # Symmetry detection and full presolve cost seconds on thousand-GPU
     # models (measured: 1.6 s of presolve at 683 GPUs before any search); the

@@ -249,6 +249,9 @@ def solve_instance(
         else:
             alloc = finish_procedure(inst, mod.allocate(inst, policy=policy, solver=solver, time_limit=time_limit,
                                                         **opts))
+            said = time_limit_said(alloc.status, time_limit)
+            if said != alloc.status:
+                alloc = dataclasses.replace(alloc, status=said)
             if fill and POLICIES.get(policy, ("",))[0] in FILLED_PROCEDURES:
                 alloc = fill_allocation(inst, alloc, is_agnostic(policy, opts))
     else:
@@ -264,6 +267,19 @@ def is_agnostic(policy: str, options: dict) -> bool:
     """The policy reads no type differences (``*_agnostic``, or agnostic=True): the fill then
     ranks a job's usable types alike (most idle GPUs first) instead of by its throughput."""
     return bool(options.get("agnostic", POLICIES.get(policy, ("", {}))[1].get("agnostic", False)))
+
+
+# How the backends say that a wall-clock limit stopped them (CLARABEL, HiGHS, the block LP).
+_TIMED_OUT = ("MaxTime", "time_limit", "Time limit reached", "kTimeLimit")
+
+
+def time_limit_said(status: str, time_limit: float, timed_out: bool = False) -> str:
+    """``status`` naming the user's time limit when it stopped a solve: the one path whose
+    answer depends on the machine's speed and load (architecture §5), so it is always said
+    in the same words, whatever backend hit it."""
+    if "time limit of" in status or not (timed_out or any(m in status for m in _TIMED_OUT)):
+        return status
+    return f"{status} (time limit of {time_limit:g}s reached)"
 
 
 def fill_option(value) -> bool:
@@ -421,7 +437,9 @@ def solve_formulation(inst: Instance, policy: str, build, solver: str, time_limi
         prices = form.prices(sol) if form.prices is not None else (
             None if sol.price is None else sol.price / form.unit)
     else:
-        X, status, objective, prices = _fallback(inst, policy, sol.backend, sol.message or sol.status)
+        X, status, objective, prices = _fallback(inst, policy, sol.backend,
+                                                 time_limit_said(sol.message or sol.status, time_limit,
+                                                                 sol.status == "time_limit"))
     pair_time, pair_gpus = (np.zeros(inst.n), np.zeros(inst.k)) if Y is None else (pk.time(Y), pk.gpus(Y))
     if fill_idle:
         from optsched.formulations.base import fill_idle as fill

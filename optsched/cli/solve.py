@@ -45,6 +45,7 @@ def solve(
     strict: bool = typer.Option(False, "--strict", help="Exit with code 3 when the solver fell back (status neither optimal nor ok: a time limit, a fallback)."),
     policy_option: Optional[list[str]] = typer.Option(None, "--policy-option", help="KEY=VALUE for the policy's formulation (repeatable); unknown keys and bad values are refused by name."),
     rows: int = typer.Option(50, "--rows", help="Jobs shown in the table (bottleneck jobs first; 0: all). --json always has every job."),
+    fill_idle: bool = typer.Option(True, "--fill-idle/--no-fill-idle", help="Fractional policies: give GPUs the optimum leaves idle to jobs with time left, at the same objective (default); --no-fill-idle: the solver's raw optimum."),
 ):
     """Solve a policy on a cluster snapshot: allocation, explanation (and placement)."""
     from optsched.model import parse_snapshot
@@ -76,6 +77,8 @@ def solve(
                 f"--placement-policy: unknown policy {placement_policy!r} (choose from {', '.join(placement_policies())})"
             )
     options = {"packing": True} if packing else {}
+    if not fill_idle:
+        options["fill_idle"] = False
     if policy_option:
         from optsched.policy import _module
         from optsched.policy_options import parse_policy_options
@@ -188,6 +191,10 @@ def _print_solution(snap, out: dict, rows: int = 50) -> None:
            or "none (the cluster has no GPU types)")
         + ("   price per GPU: " + ", ".join(f"{esc(t)} {prices[t]:.3g}" for t in types if t in prices) if prices else "")
     )
+    util = ex.get("utilization") or {}
+    if util.get("total") is not None:  # GPUs used / GPUs some job with time left could use
+        console.print(f"utilization of usable GPUs: {100 * util['total']:.1f} %"
+                      + ("" if util.get("of_capacity") is None else f" ({100 * util['of_capacity']:.1f} % of all GPUs)"))
     packed = out.get("packed_allocation") or {}
     if packed:  # space sharing: pairs of jobs on the same GPUs, time fraction per type
         shown = [f"{esc(pair)} " + " ".join(f"{esc(t)} {f:.3f}" for t, f in fr.items()) for pair, fr in list(packed.items())[:20]]
