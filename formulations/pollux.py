@@ -100,7 +100,7 @@ def utilities(speedup: np.ndarray, p: float) -> np.ndarray:
 
 
 # What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
-IMPORTS = ("optsched.solvers.lp", "highspy")
+IMPORTS = ("optsched.solvers.lp", "highspy", "scipy.sparse")
 
 
 def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time_limit: float = 60.0,

@@ -48,7 +48,7 @@ def utilities(inst: Instance, G: np.ndarray, current: np.ndarray, p: float, lamb
 
 
 # What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
-IMPORTS = ("optsched.solvers.lp", "highspy")
+IMPORTS = ("optsched.solvers.lp", "highspy", "scipy.sparse")
 
 
 def allocate(inst: Instance, policy: str = "sia", solver: str = "highs", time_limit: float = 60.0,
