@@ -14,19 +14,10 @@ import pytest
 
 from optsched.model import OptschedError
 from optsched.slurm import cli as scli
-from optsched.slurm.localcluster import LocalCluster, from_dir, missing_programs, parse_nodes, require_slurm
+from optsched.slurm.localcluster import LocalCluster, from_dir, parse_nodes, require_slurm, unavailable_reason
 
 
-def slurm_skip_reason() -> str | None:
-    miss = missing_programs()
-    if miss:
-        return f"Slurm not installed ({', '.join(miss)} missing; .ci/run installs slurm-wlm and munge as root)"
-    if os.geteuid() != 0:
-        return "the local Slurm cluster runs its daemons as root here (SlurmUser=root)"
-    return None
-
-
-needs_slurm = pytest.mark.skipif(slurm_skip_reason() is not None, reason=slurm_skip_reason() or "")
+needs_slurm = pytest.mark.skipif(unavailable_reason() is not None, reason=unavailable_reason() or "")
 
 
 def test_node_spec_is_checked():

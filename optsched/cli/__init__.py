@@ -22,6 +22,7 @@ from optsched.cli import run as _run  # noqa: F401  (registers run)
 from optsched.cli import sweep as _sweep  # noqa: F401  (registers sweep)
 from optsched.cli import report as _report  # noqa: F401  (registers report)
 from optsched.cli import bench as _bench  # noqa: F401  (registers bench)
+from optsched.cli import slurm as _slurm  # noqa: F401  (registers slurm)
 from optsched.cli.common import app, console, err_console, user_errors
 from optsched.cli.solve import example_snapshot_text
 

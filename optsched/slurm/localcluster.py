@@ -58,6 +58,16 @@ def _prog(name: str) -> str:
     return shutil.which(name, path=os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/sbin") or name
 
 
+def unavailable_reason() -> str | None:
+    """Why a local cluster cannot start here (for tests to skip with), or None."""
+    miss = missing_programs()
+    if miss:
+        return f"Slurm not installed ({', '.join(miss)} missing; {INSTALL_HINT}; .ci/run does it)"
+    if os.geteuid() != 0:
+        return "the local Slurm cluster's daemons run as root (SlurmUser=root, munged as munge)"
+    return None
+
+
 def parse_nodes(spec: str) -> dict[str, int]:
     """``v100=2,k80=2`` → {type: number of nodes}."""
     out: dict[str, int] = {}
@@ -146,6 +156,9 @@ class LocalCluster:
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
             "SchedulerType=sched/backfill",
+            # A released job that was requeued waited ~2 s for the next scheduling pass (and 2 min without
+            # the agent's StartTime=now): test the whole queue every second, it is a small cluster.
+            "SchedulerParameters=sched_interval=1,bf_interval=1,batch_sched_delay=0",
             "SlurmdParameters=config_overrides",  # CPUs below may exceed this machine's cores
             "ReturnToService=2",
             "MinJobAge=3600",  # finished jobs stay visible to scontrol for an hour (exit codes; no slurmdbd)
