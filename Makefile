@@ -1,27 +1,46 @@
 # Two commands on a fresh machine (Python 3.11 + pip): `make demo`, `make test`.
+# `make demo` installs the core only (the solve path: a few hundred MB, no JAX/OR-Tools/cvxpy);
+# `make test` installs every extra and the test tools (`.[test]`). Each step says what it does
+# and pip shows its progress.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+CORE_STAMP := $(VENV)/.installed-core
 STAMP  := $(VENV)/.installed
 
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 export OPTSCHED_PEER_DATA ?= $(abspath ../shared/data)
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench install install-core clean
 
-$(STAMP): pyproject.toml
+$(PY):
+	@echo "==> creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	touch $(STAMP)
+	$(PY) -m pip install --upgrade pip
+
+# The core: what `make demo` needs.
+$(CORE_STAMP): pyproject.toml | $(PY)
+	@echo "==> installing optsched (core: solve, allocator, client) into $(VENV)"
+	$(PY) -m pip install -e .
+	touch $(CORE_STAMP)
+
+# Everything the test suite needs (every extra, pytest, hypothesis, schemathesis); includes the core.
+$(STAMP): pyproject.toml | $(PY)
+	@echo "==> installing optsched with every extra and the test tools ('.[test]') into $(VENV)"
+	$(PY) -m pip install -e '.[test]'
+	touch $(CORE_STAMP) $(STAMP)
+
+install-core: $(CORE_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE_STAMP)
+	@echo "==> optsched solve (the built-in 12-job example, max-min fairness)"
 	$(VENV)/bin/optsched solve
 
 test: $(STAMP)
+	@echo "==> the test suite (pytest)"
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -2,7 +2,8 @@
 
     from optsched.client import Client
     with Client("http://127.0.0.1:8470", token=None) as c:
-        c.solve(snapshot, policy="max_min_fairness", placement=True)    # like optsched.solve
+        c.solve(snapshot, policy="max_min_fairness")   # an Allocation, like optsched.solve
+        c.solve_json(snapshot, placement=True)         # the server's JSON, with placement and allocator state
         s = c.session({"gpus": {"v100": 4}}, policy="max_min_fairness", round_length=360)
         s.submit([{"id": "j0", "throughput": {"v100": 1.5}, "steps_total": 1e4}])
         r = s.next_round()          # {"placement", "started", "preempted", "migrated", ...}
@@ -21,13 +22,14 @@ scheduler loop can run against either. Errors raise ``ServiceError`` (an
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Iterable
 
 import httpx
 
-from optsched.model import OptschedError
+from optsched.model import Allocation, OptschedError, Snapshot
 from optsched.service.session import Conflict, NotFound
 
 DEFAULT_URL = "http://127.0.0.1:8470"
@@ -63,6 +65,9 @@ class UnreachableError(ServiceError):
 
 
 class Client:
+    """A connection to `optsched serve` at ``url`` (``token``: its bearer token, default
+    ``$OPTSCHED_TOKEN``; ``transport``: an httpx transport, e.g. for tests)."""
+
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 300.0,
                  transport: httpx.BaseTransport | None = None):
         token = token if token is not None else os.environ.get("OPTSCHED_TOKEN")  # as `optsched serve` reads it
@@ -72,6 +77,7 @@ class Client:
     # ------------------------------------------------------------------ plumbing
 
     def request(self, method: str, path: str, json: Any = None, params: dict | None = None) -> Any:
+        """One HTTP request; the decoded JSON answer, or ServiceError (and subclasses) for 4xx/5xx."""
         try:
             r = self._http.request(method, path, json=json, params=params)
         except ValueError as e:  # NaN or inf in the body: not JSON; the in-process Session refuses them too
@@ -92,6 +98,7 @@ class Client:
         return None if r.status_code == 204 or not r.content else r.json()
 
     def close(self) -> None:
+        """Close the HTTP connections."""
         self._http.close()
 
     def __enter__(self) -> "Client":
@@ -103,19 +110,34 @@ class Client:
     # ------------------------------------------------------------------ stateless
 
     def healthz(self) -> dict:
+        """``GET /healthz``: status, version, database, commit statistics."""
         return self.request("GET", "/healthz")
 
     def policies(self) -> list[str]:
+        """The server's policy names."""
         return self.request("GET", "/v1/policies")["policies"]
 
-    def solve(self, snapshot: dict | Any, policy: str = "max_min_fairness", solver: str = "auto",
-              time_limit: float = 60.0, packing: bool = False, placement: bool = False,
-              placement_policy: str = "consolidated", partitions: int = 1) -> dict:
-        """optsched.solve over HTTP: the JSON of ``Allocation.to_dict()`` (plus the
-        placement and allocator state with ``placement=True``; ``partitions`` > 1: POP)."""
-        if hasattr(snapshot, "model_dump"):
-            snapshot = snapshot.model_dump(mode="json", exclude_none=True)
-        body = {"snapshot": snapshot, "policy": policy, "solver": solver, "time_limit": time_limit,
+    def solve(self, snapshot: Snapshot | dict | str, policy: str = "max_min_fairness", solver: str = "auto",
+              time_limit: float = 60.0, packing: bool = False, partitions: int = 1,
+              placement: bool = False) -> Allocation:
+        """``optsched.solve`` over HTTP: the same :class:`~optsched.Allocation` (its
+        ``to_dict()`` is the server's answer). ``partitions`` > 1: POP's partitioned solve.
+        For the next round's placement and the allocator state as well, use
+        :meth:`solve_json` with ``placement=True``."""
+        if placement:
+            raise TypeError("Client.solve returns an Allocation; for the placement and the allocator state "
+                            "call Client.solve_json(..., placement=True)")
+        snapshot = _snapshot_json(snapshot)
+        out = self.solve_json(snapshot, policy, solver, time_limit, packing, partitions=partitions)
+        return allocation_from_json(out, sorted(snapshot.get("cluster", {}).get("gpus", {})))
+
+    def solve_json(self, snapshot: Snapshot | dict | str, policy: str = "max_min_fairness", solver: str = "auto",
+                   time_limit: float = 60.0, packing: bool = False, placement: bool = False,
+                   placement_policy: str = "consolidated", partitions: int = 1) -> dict:
+        """The server's JSON answer to ``POST /v1/solve``: ``Allocation.to_dict()``, plus
+        ``placement``, ``started``/``preempted``/``migrated`` and ``allocator_state`` with
+        ``placement=True``, and ``total_seconds``."""
+        body = {"snapshot": _snapshot_json(snapshot), "policy": policy, "solver": solver, "time_limit": time_limit,
                 "packing": packing, "placement": placement, "placement_policy": placement_policy}
         if partitions != 1:
             body["partitions"] = partitions
@@ -138,6 +160,7 @@ class Client:
         return s
 
     def sessions(self) -> list[str]:
+        """The ids of the server's sessions."""
         return self.request("GET", "/v1/sessions")["sessions"]
 
 
@@ -149,13 +172,16 @@ class RemoteSession:
         self._base = f"/v1/sessions/{session_id}"
 
     def submit(self, jobs: Iterable[dict] | dict) -> list[dict]:
+        """Submit jobs (dicts or JobSpec models); their new state."""
         jobs = [jobs] if isinstance(jobs, dict) else [_plain(j) for j in jobs]
         return self.client.request("POST", f"{self._base}/jobs", {"jobs": jobs})["jobs"]
 
     def update(self, job_id: str, changes: dict | None = None, **fields) -> dict:
+        """Change a job's fields (weight, throughput, ...); its new state."""
         return self.client.request("PATCH", f"{self._base}/jobs/{_seg(job_id)}", {**(changes or {}), **fields})
 
     def finish(self, job_id: str, seconds: float | None = None) -> dict:
+        """Mark a job finished (``seconds``: how long it ran in the current round)."""
         body = {} if seconds is None else {"seconds": seconds}
         return self.client.request("POST", f"{self._base}/jobs/{_seg(job_id)}/finish", body)
 
@@ -172,6 +198,7 @@ class RemoteSession:
         return out
 
     def report(self, reports: Iterable[dict] | dict) -> list[dict]:
+        """Progress reports (``{"job_id", "steps", "seconds"?}``); the jobs' new state."""
         reports = [reports] if isinstance(reports, dict) else [_plain(r) for r in reports]
         return self.client.request("POST", f"{self._base}/progress", {"reports": reports})["jobs"]
 
@@ -203,24 +230,30 @@ class RemoteSession:
         raise AssertionError("unreachable")
 
     def last_round(self) -> dict | None:
+        """The last committed round (None before the first)."""
         return self.client.request("GET", f"{self._base}/rounds/last")
 
     def state(self) -> dict:
+        """The session's state: time, round, jobs, allocator state."""
         return self.client.request("GET", self._base)
 
     def job(self, job_id: str) -> dict:
+        """One job's state (NotFoundError if unknown)."""
         if not str(job_id):  # ".../jobs/" is the list's address (a redirect, not a job)
             raise NotFoundError(404, f"job {job_id!r} not found in session {self.id!r}", "job_id")
         return self.client.request("GET", f"{self._base}/jobs/{_seg(job_id)}")
 
     def jobs(self, finished: bool = False, limit: int = 1000, offset: int = 0) -> list[dict]:
+        """Active jobs (or finished ones), a page of ``limit`` from ``offset``."""
         params = {"finished": str(finished).lower(), "limit": limit, "offset": offset}
         return self.client.request("GET", f"{self._base}/jobs", params=params)["jobs"]
 
     def events(self, after: int = -1, limit: int = 1000) -> list[dict]:
+        """The session's committed changes after sequence number ``after``."""
         return self.client.request("GET", f"{self._base}/events", params={"after": after, "limit": limit})["events"]
 
     def delete(self) -> None:
+        """Delete the session."""
         self.client.request("DELETE", self._base)
 
 
@@ -228,4 +261,53 @@ def _plain(x):
     return x.model_dump(mode="json", exclude_none=True) if hasattr(x, "model_dump") else x
 
 
-__all__ = ["Client", "RemoteSession", "ServiceError", "NotFoundError", "ConflictError", "UnauthorizedError"]
+def _snapshot_json(snapshot: Snapshot | dict | str) -> dict:
+    """A snapshot as the JSON object the server reads (a Snapshot, a dict, or JSON text)."""
+    if isinstance(snapshot, (str, bytes)):
+        from optsched.model import loads_unique
+
+        return loads_unique(snapshot)
+    return _plain(snapshot)
+
+
+def allocation_from_json(out: dict, gpu_types: list[str]) -> Allocation:
+    """The :class:`~optsched.Allocation` whose ``to_dict()`` is ``out`` (the server's answer),
+    over ``gpu_types`` in the Instance's order (sorted type names)."""
+    import numpy as np
+
+    job_ids = tuple(out["effective_throughput"])  # every job, in the snapshot's order
+    types = tuple(gpu_types)
+    col = {t: j for j, t in enumerate(types)}
+    row = {jid: m for m, jid in enumerate(job_ids)}
+
+    def matrix(table: dict, dtype=float) -> np.ndarray:
+        x = np.zeros((len(job_ids), len(types)), dtype=dtype)
+        for jid, entries in table.items():
+            for t, v in entries.items():
+                x[row[jid], col[t]] = v
+        return x
+
+    pairs, pair_fractions = np.zeros((0, 2), dtype=int), np.zeros((0, 0))
+    packed = out.get("packed_allocation") or {}
+    if packed:
+        keys = [json.loads(k) if k.startswith("[") else k.split("+") for k in packed]
+        pairs = np.array([[row[a], row[b]] for a, b in keys], dtype=int)
+        pair_fractions = np.zeros((len(keys), len(types)))
+        for p, entries in enumerate(packed.values()):
+            for t, v in entries.items():
+                pair_fractions[p, col[t]] = v
+    objective = out.get("objective")
+    return Allocation(
+        policy=out["policy"], status=out["status"], objective=float("nan") if objective is None else float(objective),
+        solve_seconds=float(out.get("solve_seconds", 0.0)), job_ids=job_ids, gpu_types=types,
+        fractions=matrix(out.get("allocation", {})),
+        effective_throughput=np.array([out["effective_throughput"][j] for j in job_ids], dtype=float),
+        explanation=out.get("explanation") or {}, build_seconds=float(out.get("build_seconds", 0.0)),
+        solver_seconds=float(out.get("solver_seconds", 0.0)), decode_seconds=float(out.get("decode_seconds", 0.0)),
+        import_seconds=float(out.get("import_seconds", 0.0)), pairs=pairs, pair_fractions=pair_fractions,
+        gpu_counts=matrix(out["gpu_counts"], int) if "gpu_counts" in out else None,
+        nodes=matrix(out["nodes"], int) if "nodes" in out else None,
+    )
+
+
+__all__ = ["Client", "RemoteSession", "allocation_from_json", "ServiceError", "NotFoundError", "ConflictError", "UnauthorizedError"]

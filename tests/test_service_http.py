@@ -60,8 +60,8 @@ def test_solve_over_http_with_partitions_is_pops_merged_solve(server):
     snap = snapshot()
     remote = Client(server.url).solve(snap, policy="max_min_fairness", partitions=2)
     local = solve_partitioned(optsched.Instance.from_snapshot(optsched.parse_snapshot(snap)), "max_min_fairness", 2)
-    assert remote["explanation"]["partitions"] == 2
-    assert remote["objective"] == pytest.approx(local.objective, rel=1e-9)
+    assert remote.explanation["partitions"] == 2
+    assert remote.objective == pytest.approx(local.objective, rel=1e-9)
     with pytest.raises(ServiceError) as e:
         Client(server.url).solve(snap, policy="fifo", partitions=2)
     assert e.value.status in (400, 422) and e.value.field == "partitions"
@@ -70,17 +70,39 @@ def test_solve_over_http_with_partitions_is_pops_merged_solve(server):
 def test_solve_over_http_equals_the_in_process_solve(server):
     snap = snapshot()
     remote = Client(server.url).solve(snap, policy="max_min_fairness")
-    local = optsched.solve(optsched.parse_snapshot(snap), policy="max_min_fairness").to_dict()
-    assert remote["status"] == local["status"] == "optimal"
-    assert remote["objective"] == pytest.approx(local["objective"], rel=1e-6)
-    for jid, row in local["allocation"].items():
-        for t, x in row.items():
-            assert remote["allocation"][jid].get(t, 0.0) == pytest.approx(x, abs=1e-6)
-    assert set(remote["explanation"]["gpu_price"]) == {"v100", "p100", "k80"}
+    local = optsched.solve(optsched.parse_snapshot(snap), policy="max_min_fairness")
+    # The same type as in process, the same values (timings aside).
+    assert isinstance(remote, optsched.Allocation)
+    assert remote.status == local.status == "optimal"
+    assert remote.job_ids == local.job_ids and remote.gpu_types == local.gpu_types
+    assert remote.objective == pytest.approx(local.objective, rel=1e-6)
+    assert remote.fractions == pytest.approx(local.fractions, abs=1e-6)
+    assert remote.effective_throughput == pytest.approx(local.effective_throughput, rel=1e-6)
+    assert set(remote.explanation["gpu_price"]) == {"v100", "p100", "k80"}
+    raw = Client(server.url).solve_json(snap, policy="max_min_fairness")  # the server's JSON, unchanged
+    assert {k: v for k, v in remote.to_dict().items() if not k.endswith("_seconds")} == \
+        {k: v for k, v in raw.items() if not k.endswith("_seconds") and k in remote.to_dict()}
+    with pytest.raises(TypeError, match="solve_json"):
+        Client(server.url).solve(snap, placement=True)
+
+
+def test_a_packed_solve_over_http_keeps_its_pairs(server):
+    from optsched.client import allocation_from_json
+
+    from pathlib import Path
+
+    snap = json.loads((Path(__file__).parents[1] / "examples" / "packing.json").read_text())
+    local = optsched.solve(optsched.parse_snapshot(snap), policy="max_min_fairness", packing=True)
+    assert len(local.pairs) > 0
+    back = allocation_from_json(json.loads(json.dumps(local.to_dict())), list(local.gpu_types))
+    assert back.to_dict() == json.loads(json.dumps(local.to_dict()))
+    assert (back.pairs == local.pairs).all() and back.pair_fractions == pytest.approx(local.pair_fractions)
+    remote = Client(server.url).solve(snap, packing=True)
+    assert (remote.pairs == local.pairs).all() and remote.pair_fractions == pytest.approx(local.pair_fractions, abs=1e-6)
 
 
 def test_solve_with_placement_returns_gpus_and_allocator_state(server):
-    out = Client(server.url).solve(snapshot(), placement=True)
+    out = Client(server.url).solve_json(snapshot(), placement=True)
     used = [(s["server"], s["gpu"]) for slots in out["placement"].values() for s in slots]
     assert len(used) == len(set(used)) <= 12
     assert set(out["started"]) == set(out["placement"])

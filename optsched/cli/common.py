@@ -106,6 +106,15 @@ class OneLineErrors(TyperGroup):
             return super().invoke(ctx)
         except BrokenPipeError:  # typer.echo's output (rich's: _Console.on_broken_pipe)
             exit_on_broken_pipe()
+        except ModuleNotFoundError as e:  # an optional dependency: name the extra that installs it
+            from optsched.extras import missing
+
+            command = " ".join(["optsched", *([ctx.invoked_subcommand] if ctx.invoked_subcommand else [])])
+            err = missing(command, e)
+            if err is None:
+                raise
+            err_console.print(f"[bold red]error:[/] {_one_line(str(err))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:

@@ -25,8 +25,6 @@ from optsched.sim.limits import (  # noqa: E402,F401
     MIN_ELASTIC_ROUND_LENGTH, MIN_ROUND_LENGTH, SIM_FLAGS, check_rounds, check_seed, check_sim_options, number,
     rounds_lower_bound,
 )
-# Traces (trace generate; the generator checks its own size too).
-from optsched.traces.generate import MAX_GENERATED_JOBS  # noqa: E402
 MAX_RATE = 1e7  # jobs per hour
 # Real runs (run).
 MIN_RUN_ROUND_LENGTH = 0.01  # seconds
@@ -45,8 +43,16 @@ MAX_REPEAT = 1000
 # --------------------------------------------------------------------------
 
 
+def max_generated_jobs() -> int:
+    """The generator's own limit, read where used: the trace code needs pandas (the 'sim'
+    extra), which serve, run's checks and bench's do not."""
+    from optsched.traces.generate import MAX_GENERATED_JOBS
+
+    return MAX_GENERATED_JOBS
+
+
 def check_generate(jobs: int, rate: float, seed: int) -> None:
-    number("--jobs", jobs, 1, MAX_GENERATED_JOBS, unit="jobs")
+    number("--jobs", jobs, 1, max_generated_jobs(), unit="jobs")
     number("--rate", rate, 0.0, MAX_RATE, unit="jobs/h", lo_open=True)
     check_seed(seed)
     gaps = jobs - 1 + 10 * math.sqrt(max(jobs - 1, 0)) + 40  # the arrival span with a wide margin
@@ -80,7 +86,7 @@ def check_sweep(d: dict) -> None:
             check_seed(int(seed), "--seeds")
     jobs = (d.get("trace_options") or {}).get("jobs") if isinstance(d.get("trace_options"), dict) else None
     if isinstance(jobs, (int, float)) and not isinstance(jobs, bool):
-        number("--jobs", jobs, 1, MAX_GENERATED_JOBS, unit="jobs")
+        number("--jobs", jobs, 1, max_generated_jobs(), unit="jobs")
     workers = d.get("workers")
     if isinstance(workers, (int, float)) and not isinstance(workers, bool):
         number("--workers", workers, 1, MAX_THREADS)
@@ -135,6 +141,6 @@ def check_bench(repeat: int, seed: int) -> None:
     check_seed(seed)
 
 
-__all__ = ["MAX_GENERATED_JOBS", "MAX_ROUNDS", "check_bench", "check_generate", "check_rounds", "check_run_options",
+__all__ = ["max_generated_jobs", "MAX_ROUNDS", "check_bench", "check_generate", "check_rounds", "check_run_options",
            "check_seed", "check_serve", "check_sim_options", "check_sweep", "check_sweep_rounds", "number",
            "rounds_lower_bound"]

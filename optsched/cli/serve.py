@@ -77,9 +77,14 @@ def serve(
 
         from optsched.service import app as service_app
         from optsched.service.app import create_app
-    except ImportError as e:
-        err_console.print(f"[bold red]error:[/] the service needs fastapi and uvicorn ({e.name} is missing): "
-                          "pip install 'optsched[service]'", highlight=False)
+    except ModuleNotFoundError as e:
+        from optsched.extras import message
+
+        if e.name and e.name.split(".")[0] not in ("fastapi", "starlette", "uvicorn"):
+            raise  # another extra's module: the root command names its extra
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/] {escape(message('optsched serve', 'service'))}", highlight=False)
         raise typer.Exit(2)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else

@@ -15,8 +15,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from optsched.model import Cluster, OptschedError
 from optsched.policy import NEEDS_STEPS, supports_packing  # noqa: F401  (supports_packing re-exported: its home is the policy layer)
@@ -26,6 +27,9 @@ DEFAULT_CLUSTER = "v100=36,p100=36,k80=36"  # rigid traces (Gavel's)
 DEFAULT_ELASTIC_SERVERS = "16x4"  # Pollux/Sia workloads: Pollux's cluster
 CONFIGURATION_POLICIES = ("pollux", "sia", "hadar", "optimus")  # choose GPU counts (and nodes) themselves
 NEEDS_LENGTH = tuple(sorted(NEEDS_STEPS)) + ("min_cost_slo",)  # (an SLO needs the job's length)
+
+if TYPE_CHECKING:  # (tables are pandas frames; the import waits for the simulator's modules that use them)
+    import pandas as pd
 
 @dataclass(frozen=True)
 class SimResult:

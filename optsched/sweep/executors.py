@@ -73,8 +73,10 @@ def _stop(pool) -> None:
 def ray(runs: list[dict], workers: int | None = None, address: str | None = None) -> Iterator[dict]:
     try:
         import ray as _ray
-    except ImportError:
-        raise OptschedError("--executor ray: Ray is not installed (pip install 'optsched[ray]')") from None
+    except ModuleNotFoundError:
+        from optsched.extras import message
+
+        raise OptschedError(message("--executor ray", "ray")) from None
     started = False
     if not _ray.is_initialized():
         if address:
