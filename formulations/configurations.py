@@ -366,7 +366,7 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     if ch is not None:
         candidates += [ch, _fill_exact(ch, p, pi, bound, U, cfg)]
     # 2) a certified answer loses at most tol at the prices, so no pair losing more is in one:
-    #    MILPs over the pairs losing at most tol/64, tol/8, ... tol (each stopped at the first
+    #    MILPs over the pairs losing at most tol/4, then tol (each stopped at the first
     #    certified answer, a few hundred nodes each), then the exact reduced-cost fixing: a
     #    pair losing more than bound − incumbent is in no better answer.
     for frac in LADDER:
@@ -521,8 +521,8 @@ DUAL_EVALUATIONS = 300  # Kelley evaluations (each O(pairs))
 DUAL_TOL = 1e-10  # relative: stop once min D − the master's bound is below this
 TIE = 1e-9  # pairs within this (relative to the largest utility) of a job's best response are tied
 TIE_MILP_NODES = 2_000  # branch-and-bound nodes of the tie MILP
-LADDER = (1 / 64, 1 / 8, 1 / 2, 1.0, None)  # loss budgets (× tol; None: the incumbent's gap)
-LADDER_NODES = 300  # nodes of each budgeted MILP
+LADDER = (1 / 4, 1.0, None)  # loss budgets (× tol; None: the incumbent's gap)
+LADDER_NODES = 100  # nodes of each budgeted MILP
 RC_MILP_NODES = 5_000  # nodes of the MILP over the pairs reduced-cost fixing leaves
 FULL_MILP_NODES = 20_000  # nodes of the last-resort full MILP
 

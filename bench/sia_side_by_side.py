@@ -1,0 +1,235 @@
+"""Sia's own policy code beside ours on the same realistic rounds (run by hand, not in CI).
+
+Sia's simulator (github.com/siasosp23/artifacts, ``sia-simulator/``) is never copied
+into the project: check it out beside it, e.g.
+
+    git --git-dir=<mirror> archive HEAD sia-simulator | tar -x -C /work/peers/sia
+    pip install --no-deps --target /work/peers/pylib autograd   # its goodput.py imports it
+
+and point ``--sia`` at that folder. Its ``SiaPolicy.optimize_mip`` runs as published
+(goodput per configuration through its own ``GoodputFunction``/``SpeedupFunction``,
+normalization, restart factors, the cvxpy MILP, placement), with one change: cvxpy's
+CBC is not installed here, so its ``problem.solve(solver=cp.CBC, ...,
+allowablePercentageGap=g)`` runs HiGHS through cvxpy with ``mip_rel_gap = g/100``
+(the same 1e-4 gap). Its jobs carry our instance's data: per-type throughput
+parameters, gradient statistics, batch limits, GPU caps, ages, restarts, and the
+running configuration (``prev_allocs_v2``).
+
+Per round both run in this process and are timed in CPU seconds (time.process_time):
+ours is ``solve_instance(inst, "sia")`` (goodput table, cache kept across rounds as
+Sia memoizes each job's speedups); Sia's is building its jobs' speedup functions plus
+``optimize_mip``. Both choices are then scored on Sia's objective — Σ A[m, c] + λ_n ·
+(jobs left out), A = Ĝ^p from Sia's own speedup matrix after its restart factors,
+minimized — unrounded (Sia's MILP rounds A to 2 decimals; the rounded score is
+printed too).
+
+    python bench/sia_side_by_side.py --sia /work/peers/sia/sia-simulator --gpus 2048 --jobs 1024 --count 20
+    python bench/sia_side_by_side.py --sia ... --gpus 2048 --jobs 1024 --rounds 50    # a stream with 2 % churn
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def load_sia(folder: str, extra_path: str | None):
+    sys.path.insert(0, folder)
+    if extra_path:  # Sia's goodput.py imports autograd (for its fits): installed beside the checkout
+        sys.path.append(extra_path)
+    import cvxpy as cp
+
+    import sia as sia_module  # noqa: F401  (Sia's policy module)
+    from goodput import GoodputFunction
+    from speedup import UncachedSpeedupFunction as SpeedupFunction  # what Sia's simulator uses (cache_speedups=False)
+
+    original = cp.Problem.solve
+
+    def solve(self, *args, solver=None, allowablePercentageGap=None, numberThreads=None, **kw):
+        if solver == cp.CBC:  # not installed here: HiGHS at the same gap
+            kw.pop("verbose", None)
+            return original(self, solver=cp.HIGHS, mip_rel_gap=(allowablePercentageGap or 0.01) / 100.0)
+        return original(self, *args, solver=solver, **kw)
+
+    cp.Problem.solve = solve
+    return sia_module, GoodputFunction, SpeedupFunction
+
+
+class _Node:
+    def __init__(self, gpus):
+        self.resources = {"nvidia.com/gpu": gpus}
+
+
+class _Job:
+    """What SiaPolicy.optimize_mip reads of a job."""
+
+    def __init__(self, speedup_fn, cap, age, restarts, clusters):
+        self.category = "adaptive"
+        self.speedup_fn = speedup_fn
+        self.scale_unit = {c: 1 for c in clusters}
+        self.max_replicas = {c: cap for c in clusters}
+        self.min_replicas = {c: 1 for c in clusters}
+        self.age = age
+        self.num_restarts = restarts
+        self.scaling_underway = False
+
+
+def sia_round(mods, inst, policy):
+    """Sia's jobs for ``inst`` (its speedup functions built here, as its simulator does each
+    round) and its decision: (choice as {job: (type, gpus)}, Sia's speedup matrix, config map)."""
+    sia_module, GoodputFunction, SpeedupFunction = mods
+    el = inst.elastic
+    clusters = list(inst.gpu_types)
+    jobs = {}
+    for m, jid in enumerate(inst.job_ids):
+        fns = {}
+        for j, c in enumerate(clusters):
+            fn = GoodputFunction(el.params[m, j], (el.grad_sqr[m], el.grad_var[m]), el.init_batch_size[m])
+            fns[c] = SpeedupFunction(fn, max_batch_size=el.max_batch_size[m],
+                                     atomic_bsz_range=(el.min_local_bsz[m], el.max_local_bsz[m]), accumulation=True)
+        jobs[jid] = _Job(fns, int(el.max_gpus[m]), float(inst.elapsed_time[m]), int(el.num_restarts[m]), clusters)
+    policy.prev_allocs_v2 = {"rigid": {}, "adaptive": {}}
+    for m, jid in enumerate(inst.job_ids):
+        if el.current_gpus[m].sum() > 0:
+            j = int(np.argmax(el.current_gpus[m]))
+            key = (clusters[j], int(el.current_nodes[m, j]), int(el.current_gpus[m, j]))
+            if key in policy.config_to_idx_map:
+                policy.prev_allocs_v2["adaptive"][jid] = policy.config_to_idx_map[key]
+    nodes = {c: {i: _Node(int(el.server_gpus[j])) for i in range(int(inst.capacity[j] // el.server_gpus[j]))}
+             for j, c in enumerate(clusters)}
+    captured = {}
+    name = "_SiaPolicy__solve_mip_rescaled"
+    inner = getattr(type(policy), name)
+
+    def spy(self, optim_params, *a, **kw):
+        captured["S"] = np.copy(optim_params["adaptive"][1])
+        captured["f"] = np.asarray(optim_params["adaptive"][2])
+        captured["prev"] = dict(self.prev_allocs_v2["adaptive"])
+        return inner(self, optim_params, *a, **kw)
+
+    setattr(type(policy), name, spy)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # Sia prints per job
+            placements = policy.optimize_mip(jobs, nodes, {})
+    finally:
+        setattr(type(policy), name, inner)
+    return placements, captured
+
+
+def sia_objective(captured, policy, inst, choice_idx, p, lambda_n, rounded=False):
+    """Sia's objective (minimized for p < 0) of a choice given as Sia config indices (-1: none)."""
+    S = captured["S"].copy()
+    for i, jid in enumerate(inst.job_ids):
+        prev = captured["prev"].get(jid)
+        keep = S[i, prev] if prev is not None else None
+        S[i] *= captured["f"][i]
+        if prev is not None:
+            S[i, prev] = keep
+    A = np.power(S, p)
+    if rounded:
+        A = np.round(A, 2)
+    on = choice_idx >= 0
+    return float(A[np.flatnonzero(on), choice_idx[on]].sum() + lambda_n * (~on).sum())
+
+
+def ours_as_sia(alloc, inst, policy):
+    idx = np.full(inst.n, -1)
+    for m in range(inst.n):
+        row = alloc.gpu_counts[m]
+        if row.sum() > 0:
+            j = int(np.argmax(row))
+            idx[m] = policy.config_to_idx_map[(inst.gpu_types[j], int(alloc.nodes[m, j]), int(row[j]))]
+    return idx
+
+
+def sia_as_idx(placements, inst, policy):
+    idx = np.full(inst.n, -1)
+    for m, jid in enumerate(inst.job_ids):
+        got = policy.prev_allocs_v2["adaptive"].get(jid)
+        idx[m] = -1 if got is None else got
+    return idx
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sia", default="/work/peers/sia/sia-simulator")
+    ap.add_argument("--pylib", default="/work/peers/pylib", help="where autograd is (pip install --target)")
+    ap.add_argument("--gpus", type=int, default=2048)
+    ap.add_argument("--jobs", type=int, default=1024)
+    ap.add_argument("--count", type=int, default=20, help="independent cold rounds")
+    ap.add_argument("--rounds", type=int, default=0, help="a stream of this many rounds instead")
+    ap.add_argument("--churn", type=float, default=0.02)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from optsched.bench.profile_instances import Stream
+    from optsched.formulations import configurations as C
+    from optsched.policy import solve_instance
+
+    mods = load_sia(args.sia, args.pylib)
+    p, lambda_n = -0.5, 1.1
+    first = Stream("sia", args.gpus, args.jobs, args.seed, args.churn)
+
+    def new_policy(inst):
+        pol = mods[0].SiaPolicy(p_fairness=p, lambda_n=lambda_n)
+        per = dict(zip(inst.gpu_types, inst.elastic.server_gpus.tolist()))
+        nn = {t: int(w // per[t]) for t, w in zip(inst.gpu_types, inst.capacity)}
+        with contextlib.redirect_stdout(io.StringIO()):
+            pol.populate_valid_configs(nn, per, nn)
+        return pol
+
+    if args.rounds:
+        stream, insts = first, None
+    else:
+        insts = [first.instance] + [Stream("sia", args.gpus, args.jobs, args.seed + i, args.churn).instance
+                                    for i in range(1, args.count)]
+    ours_t, sia_t, gaps, rgaps, statuses = [], [], [], [], []
+    C.GOODPUT_CACHE.clear()
+    total = args.rounds or args.count
+    solve_instance(first.instance, "sia")  # imports and the first HiGHS load outside the timers (both sides)
+    C.GOODPUT_CACHE.clear()
+    for r in range(total):
+        inst = stream.instance if args.rounds else insts[r]
+        if not args.rounds:
+            C.GOODPUT_CACHE.clear()
+        t = time.process_time()
+        ours = solve_instance(inst, "sia")
+        ours_t.append(time.process_time() - t)
+        statuses.append(ours.status)
+        pol = new_policy(inst)
+        t = time.process_time()
+        placements, cap = sia_round(mods, inst, pol)
+        sia_t.append(time.process_time() - t)
+        a, b = ours_as_sia(ours, inst, pol), sia_as_idx(placements, inst, pol)
+        so, ss = sia_objective(cap, pol, inst, a, p, lambda_n), sia_objective(cap, pol, inst, b, p, lambda_n)
+        gaps.append((so - ss) / abs(ss))
+        ro, rs = (sia_objective(cap, pol, inst, x, p, lambda_n, rounded=True) for x in (a, b))
+        rgaps.append((ro - rs) / abs(rs))
+        print(f"round {r:3d}: ours {ours_t[-1]:.3f} s  sia {sia_t[-1]:.3f} s  Sia's objective ours {so:.4f} "
+              f"sia {ss:.4f} ({gaps[-1]:+.2e}; rounded A {rgaps[-1]:+.2e})  {ours.status}", flush=True)
+        if args.rounds and r + 1 < total:
+            stream.advance(np.asarray(ours.gpu_counts), np.asarray(ours.nodes))
+
+    def q(x, f):
+        return float(np.quantile(np.asarray(x), f, method="higher"))
+
+    load = os.getloadavg()[0]
+    print(f"\n{'stream of ' + str(total) + ' rounds' if args.rounds else str(total) + ' cold rounds'}, "
+          f"{args.gpus} GPUs / {args.jobs} jobs, load average {load:.1f}")
+    for name, x in (("ours", ours_t), ("Sia", sia_t)):
+        print(f"  {name:5s} p50 {statistics.median(x):.3f}  p99 {q(x, 0.99):.3f}  max {max(x):.3f} CPU s")
+    ratio = statistics.median(sia_t) / statistics.median(ours_t)
+    print(f"  median ratio Sia/ours {ratio:.1f}x; Sia's objective, ours vs Sia's (minimized; < 0 = ours better): "
+          f"worst {max(gaps):+.2e}, median {statistics.median(gaps):+.2e}; rounded-A worst {max(rgaps):+.2e}; "
+          f"statuses {sorted(set(statuses))}")
+
+
+if __name__ == "__main__":
+    main()
