@@ -1,0 +1,101 @@
+"""The configuration MILP's shortcuts against an independent solve (formulations/configurations.py).
+
+The Lagrangian bound must be the LP relaxation's value (HiGHS on the whole LP), the answer
+within MIP_REL_GAP of the true optimum (HiGHS branch-and-cut to a zero gap on every pair),
+never above it, and feasible; identical jobs merged into classes and the exact fill must
+not lose the optimum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optsched.formulations import configurations as C
+
+
+def _problem(seed: int, n: int, k: int, copies: int = 1):
+    rng = np.random.default_rng(seed)
+    server = rng.choice([4, 8], k)
+    capacity = np.array([float(s * rng.integers(1, 4)) for s in server])
+    cfg = C.configurations(capacity, server)
+    base = n // copies
+    U = np.where(rng.random((base, len(cfg.gpus))) < 0.8, 0.0, 0.0)
+    # concave-ish value in the GPU count, a speed per type, some pairs infeasible
+    speed = rng.uniform(0.5, 2.0, (base, k))
+    scal = rng.uniform(0.3, 0.95, base)
+    U = speed[:, cfg.gpu_type] * cfg.gpus[None, :] ** scal[:, None] - rng.uniform(0.2, 1.5, (base, 1))
+    U = np.where(rng.random(U.shape) < 0.15, 0.0, np.maximum(U, 0.0))
+    U = np.repeat(U, copies, axis=0)[:n]
+    return U, cfg, capacity
+
+
+def _exact(U, cfg, capacity):
+    import scipy.sparse as sp
+
+    m, c = np.nonzero(U > 0)
+    u = U[m, c]
+    n, k = U.shape[0], len(capacity)
+    jobs, cap = C._incidence(n, k, m, c, cfg)
+    A = sp.vstack([jobs, cap]).tocsc()
+    A.sort_indices()
+    upper = np.concatenate([np.ones(n), capacity])
+    _, _, lp = C._run_highs(C._highs_model(u, A, upper, False), 60.0, mip=False)
+    status, y, best = C._run_highs(C._highs_model(u, A, upper, True), 60.0, mip=True, rel_gap=0.0)
+    assert status == "optimal"
+    return lp, best
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("copies", [1, 6])
+def test_assignment_matches_the_full_milp_and_its_certificate(seed, copies):
+    U, cfg, capacity = _problem(seed, 30, 2 + seed % 2, copies)
+    lp, best = _exact(U, cfg, capacity)
+    a = C.solve_assignment(U, cfg, capacity)
+    assert a.status == "optimal"
+    assert C._fits(a.choice, cfg, capacity)
+    assert a.objective == pytest.approx(C._value(a.choice, U), rel=1e-12)
+    # the Lagrangian bound is the LP relaxation's value, and it certifies the answer
+    assert a.lp_bound == pytest.approx(lp, rel=1e-7, abs=1e-9)
+    assert a.objective <= best + 1e-9
+    # within the gap of the optimum (certified by the LP bound, or by branch-and-cut's own bound
+    # when small instances have an integrality gap above it)
+    assert a.objective >= best - C.MIP_REL_GAP * max(abs(best), 1.0) - 1e-9
+    # zero gap asked: the optimum itself
+    z = C.solve_assignment(U, cfg, capacity, rel_gap=0.0)
+    assert z.objective == pytest.approx(best, rel=1e-9, abs=1e-9)
+
+
+def test_prices_bound_every_choice_and_best_responses_are_exact():
+    U, cfg, capacity = _problem(3, 40, 3)
+    m, c = np.nonzero(C.undominated(U, cfg))
+    p = C.Pairs.of(m, c, U[m, c], cfg, U.shape[0], capacity)
+    rng = np.random.default_rng(0)
+    lp, best = _exact(U, cfg, capacity)
+    for _ in range(20):
+        pi = rng.uniform(0, 1.0, len(capacity))
+        D, value, usage, val, br, first = p.respond(pi)
+        assert D >= lp - 1e-9  # weak duality at any prices
+        # each job's best response by brute force
+        for job in range(U.shape[0]):
+            opts = [U[job, cc] - pi[cfg.gpu_type[cc]] * cfg.gpus[cc] for cc in range(len(cfg.gpus)) if U[job, cc] > 0]
+            assert br[job] == pytest.approx(max([0.0] + opts), abs=1e-12)
+    pi, D, lower, _ = C.lagrangian_prices(p)
+    assert lower <= D + 1e-12 and D == pytest.approx(lp, rel=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fill_and_class_milp_keep_choices_feasible(seed):
+    U, cfg, capacity = _problem(seed, 30, 2, copies=5)
+    m, c = np.nonzero(C.undominated(U, cfg))
+    p = C.Pairs.of(m, c, U[m, c], cfg, U.shape[0], capacity)
+    pi, D, _, _ = C.lagrangian_prices(p)
+    _, _, _, val, br, _ = p.respond(pi)
+    loss = br[p.m] - val
+    ch, status = C._class_milp(p, loss <= 1e-9, br <= 1e-9, cfg, 60.0, force=False)
+    assert ch is not None and C._fits(ch, cfg, capacity)
+    filled = C._fill_exact(ch, p, pi, D, U, cfg)
+    assert C._fits(filled, cfg, capacity) and C._value(filled, U) >= C._value(ch, U) - 1e-12
+    # every pair allowed: the class MILP is the full MILP with copies merged
+    every, _ = C._class_milp(p, np.ones(len(p.m), dtype=bool), np.ones(U.shape[0], dtype=bool), cfg, 60.0)
+    assert C._value(every, U) == pytest.approx(_exact(U, cfg, capacity)[1], rel=1e-9, abs=1e-9)
