@@ -11,6 +11,8 @@ the executors only start and stop processes.
   logical slot.
 - ``RayExecutor`` (optsched/runtime/ray_executor.py): one Ray actor per
   incarnation holding the slots' resources on the chosen node.
+- ``SlurmExecutor`` (optsched/runtime/slurm_executor.py): one ``sbatch`` per
+  incarnation on the chosen node with typed GPUs (``--gres=gpu:TYPE:N``).
 """
 
 from __future__ import annotations
@@ -172,7 +174,11 @@ def make_executor(name: str, cluster_spec: str | None = None, address: str | Non
         from optsched.runtime.ray_executor import RayExecutor
 
         return RayExecutor(cluster_spec, address, run_id)
-    raise OptschedError(f"--executor: unknown executor {name!r} (choose from local, ray)")
+    if name == "slurm":
+        from optsched.runtime.slurm_executor import SlurmExecutor
+
+        return SlurmExecutor(cluster_spec, address, run_id)
+    raise OptschedError(f"--executor: unknown executor {name!r} (choose from local, ray, slurm)")
 
 
 __all__ = ["Launch", "LocalExecutor", "LocalHandle", "detect_gpus", "job_env", "local_cluster", "make_executor",

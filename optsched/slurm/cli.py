@@ -90,7 +90,8 @@ def scontrol_jobs_detail(env: dict | None = None) -> dict[str, dict]:
     for ln in r.stdout.splitlines():
         if ln.startswith("JobId="):
             rec = parse_record(ln)
-            out[rec["JobId"]] = rec
+            off = rec.get("HetJobOffset")  # a heterogeneous job's components share the JobId
+            out[rec["JobId"] + (f"+{off}" if off is not None else "")] = rec
     return out
 
 
