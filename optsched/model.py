@@ -980,6 +980,7 @@ class Allocation:
                    explanation or {}, **extra)
 
     def to_dict(self) -> dict:
+        """As JSON: the allocation by job and type (positive entries), timings, explanation."""
         alloc = dict(zip(self.job_ids, _positive_rows(self.fractions, self.gpu_types)))
         return {
             "policy": self.policy,

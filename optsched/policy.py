@@ -134,7 +134,9 @@ _MODULES: dict[str, object] = {}
 def _module(name: str):
     entry = POLICIES.get(name) or _plugin_policies().get(name)  # plugins are looked up only for unknown names
     if entry is None:
-        raise OptschedError(f"policy: unknown policy {name!r} (choose from {', '.join(policy_names())})")
+        from optsched.suggest import with_suggestion
+
+        raise OptschedError(with_suggestion(f"policy: unknown policy {name!r} (choose from {', '.join(policy_names())})"))
     module, options = entry
     mod = _MODULES.get(module)
     if mod is None:

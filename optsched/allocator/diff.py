@@ -38,6 +38,7 @@ class Placement:
         return max(dict.fromkeys(types), key=types.count)
 
     def to_dict(self) -> dict:
+        """As JSON: ``placement`` (job → its GPUs), started, preempted, continued, migrated."""
         out = {
             "placement": {
                 j: [{"server": s.server, "gpu_type": s.gpu_type, "gpu": s.gpu} for s in slots]

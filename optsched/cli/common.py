@@ -119,6 +119,8 @@ class OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        if not (sys.argv[1:] if args is None else args):  # bare `optsched`: the help, not "Missing command."
+            args = ["--help"]
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _click_errors.NoArgsIsHelpError as e:  # `optsched trace`: the group's help, as before
@@ -126,6 +128,11 @@ class OneLineErrors(TyperGroup):
             sys.exit(e.exit_code)
         except _click_errors.ClickException as e:  # UsageError, BadParameter, NoSuchOption, ...
             msg = e.format_message()
+            if isinstance(e, _click_errors.NoSuchOption) and e.possibilities:  # click's "(Possible options: ...)"
+                from optsched.suggest import did_you_mean
+
+                best = did_you_mean(e.option_name, e.possibilities) or sorted(e.possibilities)[0]
+                msg = f"No such option: {e.option_name}; did you mean {best}?"
             own = {o for p in self.params for o in p.opts}
             if isinstance(e, _click_errors.NoSuchOption) and e.option_name in own and e.ctx is not None:
                 command = e.ctx.command_path.split(" ", 1)[-1]  # (without the program's name: `trace generate`)
@@ -159,7 +166,9 @@ def user_errors(fn=None, *, aliases: dict[str, str] | None = None):
         try:
             return fn(*args, **kwargs)
         except OptschedError as e:
-            msg = as_flags(str(e), names)
+            from optsched.suggest import with_suggestion
+
+            msg = with_suggestion(as_flags(str(e), names))
             err_console.print(f"[bold red]error:[/] {_one_line(msg)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         except ValidationError as e:  # a typed object built from options (e.g. a Cluster from --cluster)

@@ -150,8 +150,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OptschedError)
     async def _optsched_error(request: Request, exc: OptschedError):
+        from optsched.suggest import with_suggestion
+
         status = 404 if isinstance(exc, NotFound) else 409 if isinstance(exc, Conflict) else 422
-        msg = str(exc)
+        msg = with_suggestion(str(exc))
         return _error(status, msg, _field_of(msg))
 
     @app.exception_handler(_Unauthorized)

@@ -648,6 +648,7 @@ class Session:
             }
 
     def job(self, job_id: str) -> dict:
+        """One job's record, active or finished (NotFound if unknown)."""
         with self._lock:
             rec = self._s["jobs"].get(job_id) or self._finished_record(job_id)
             if rec is None:
@@ -655,6 +656,7 @@ class Session:
             return self._job_out(rec)
 
     def finished_jobs(self, limit: int = 1000, offset: int = 0) -> list[dict]:
+        """Finished jobs' records, a page of ``limit`` from ``offset``."""
         if self._store is not None:
             recs = self._store.finished_jobs(self.id, limit, offset)
         else:
@@ -662,9 +664,11 @@ class Session:
         return [self._job_out(r) for r in recs]
 
     def last_round(self) -> dict | None:
+        """The last committed round (None before the first)."""
         return self._s["last_round"]
 
     def allocation(self) -> Allocation | None:
+        """The allocation in force (None before the first solve)."""
         a = self._s["allocation"]
         return None if a is None else allocation_from_state(a)
 
