@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from optsched.cli.common import app, console, err_console, user_errors
+from optsched.cli.simulate import COMMON, _allocator_options
 from optsched.model import OptschedError
 
 
@@ -25,7 +26,8 @@ def _num(v, fmt="{:.2f}"):
 def run_command(
     trace: Optional[str] = typer.Argument(None, help="Trace file (any format; Tiresias CSV with workload models to "
                                           "run shipped workloads). Default: the built-in 6-job example."),
-    executor: str = typer.Option("local", "--executor", help="local (subprocesses) | ray"),
+    executor: str = typer.Option("local", "--executor", help="local (subprocesses) | ray | slurm "
+                                 "(sbatch on the cluster $SLURM_CONF names)"),
     address: Optional[str] = typer.Option(None, "--address", help="ray: join this Ray cluster (HOST:PORT or auto)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Slots: TYPE=COUNT,... (default: this machine's "
                                           "GPUs, else one slot per CPU core)."),
@@ -42,23 +44,54 @@ def run_command(
     throughputs: str = typer.Option("measured", "--throughputs", help="What the policy sees: measured steps/s per "
                                     "slot type (the trace's estimate until a job ran), or trace (estimates only)."),
     run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Job directories (lease, progress, checkpoint, "
-                                          "output.log); default a new temporary directory."),
+                                          "output.log); default a new temporary directory, named at the start and "
+                                          "removed at the end (--keep keeps it). A used folder needs --resume."),
+    resume: bool = typer.Option(False, "--resume", help="With --run-dir of an earlier run: each job continues from "
+                                "its checkpoint there."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the temporary run folder (checkpoints, output.log)."),
+    solver: str = COMMON["solver"],
+    min_recompute_interval: float = COMMON["min_interval"],
+    recompute_every: Optional[int] = COMMON["every"],
+    admission: str = COMMON["admission"],
+    load_factor: Optional[float] = COMMON["load_factor"],
+    partitions: int = typer.Option(1, "--partitions", help="POP: each recomputation solves K job groups (each with "
+                                   "1/K of every type) and merges them (fractional policies)."),
+    packing: bool = typer.Option(False, "--packing", help="Space sharing: refused here (each slot runs one process; "
+                                 "simulate and sessions pack)."),
+    queue: Optional[str] = COMMON["queue"],
+    type_order: Optional[str] = COMMON["type_order"],
+    migration_cost: Optional[float] = COMMON["migration_cost"],
+    hysteresis: Optional[float] = COMMON["hysteresis"],
+    loss_threshold: Optional[float] = COMMON["loss_threshold"],
+    policy_option: Optional[list[str]] = COMMON["policy_option"],
     out: Optional[str] = typer.Option(None, "--out", help="Write jobs/rounds/launches CSV, summary.json and "
                                       "measured_trace.csv (for optsched simulate) here."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", help="No per-round lines."),
 ) -> None:
     """Run real jobs under the same pipeline and allocator as the simulator."""
+    import shutil
+
     from optsched.runtime.loop import RunConfig, run
     from optsched.runtime.spec import example_trace_path
 
-    if trace is None:
-        trace = example_trace_path(tempfile.mkdtemp(prefix="optsched-example-"))
-    if not Path(trace).exists():
+    if trace is not None and not Path(trace).exists():
         raise OptschedError(f"trace {trace}: no such file")
-    from optsched.cli.limits import check_run_options
+    from optsched.cli.limits import check_run_options, number
 
     check_run_options(round_length, grace, step_scale, max_time, seed)
+    number("--min-recompute-interval", min_recompute_interval, 0.0, 1e9, unit="s")
+    number("--recompute-every", recompute_every, 1, 1_000_000)
+    number("--partitions", partitions, 1, 1024)
+    if resume and run_dir is None:
+        raise OptschedError("--resume: needs --run-dir (the folder of the run to continue)")
+    if keep and run_dir is not None:
+        raise OptschedError("--keep: applies to the temporary run folder; a --run-dir is always kept")
+    policy_options = {}
+    if policy_option:
+        from optsched.policy_options import parse_policy_options
+
+        policy_options = parse_policy_options(policy, policy_option)
     speeds = {}
     for part in (slot_speed or "").split(","):
         if part.strip():
@@ -70,15 +103,35 @@ def run_command(
             if not eq:
                 raise OptschedError(f"--slot-speed: {part!r} is not TYPE=SPEED")
     cfg = RunConfig(slot_speed=speeds, policy=policy, round_length=round_length, grace=grace, placement=placement, seed=seed,
-                    max_time=max_time, throughputs=throughputs)
+                    max_time=max_time, throughputs=throughputs, solver=solver,
+                    min_recompute_interval=min_recompute_interval, recompute_every=recompute_every,
+                    admission=admission, load_factor=load_factor, partitions=partitions, packing=packing,
+                    policy_options=policy_options,
+                    allocator_options=_allocator_options(queue, type_order, migration_cost, hysteresis))
+    cfg.validate()  # every option before a folder is made or a job started
+    example_dir = None
+    if trace is None:
+        example_dir = tempfile.mkdtemp(prefix="optsched-example-")
+        trace = example_trace_path(example_dir)
+    temporary = run_dir is None
+    if temporary:
+        run_dir = tempfile.mkdtemp(prefix="optsched-run-")
+        err_console.print(f"run folder {run_dir} ({'kept' if keep else 'removed at the end; --keep keeps it'})",
+                          highlight=False, soft_wrap=True)
 
     def on_round(r: dict) -> None:
         if not quiet:
             err_console.print(f"round {r['round']:>3}  t={r['time']:7.1f} s  running {r['running']}  "
                               f"done {r['done']}/{r['jobs']}", highlight=False)
 
-    res = run(trace, executor, cfg, cluster=cluster, address=address, run_dir=run_dir, on_round=on_round,
-              step_scale=step_scale, handle_signals=True)
+    try:
+        res = run(trace, executor, cfg, cluster=cluster, address=address, run_dir=run_dir, on_round=on_round,
+                  step_scale=step_scale, handle_signals=True, resume=resume, loss_threshold=loss_threshold)
+    finally:
+        if example_dir is not None:
+            shutil.rmtree(example_dir, ignore_errors=True)
+        if temporary and not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
     if out:
         res.write(out)
     s = res.summary

@@ -57,6 +57,15 @@ CHECKPOINT_FILE = "ckpt.npz"
 _STEP_KEY = "__optsched_step__"
 
 
+def checkpoint_step(job_dir: str) -> int | None:
+    """The step count of the checkpoint in ``job_dir`` (None: there is none, or it is unreadable)."""
+    try:
+        with np.load(os.path.join(job_dir, CHECKPOINT_FILE), allow_pickle=False) as z:
+            return int(z[_STEP_KEY]) if _STEP_KEY in z.files else 0
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 class Preempted(SystemExit):
     """Raised at an iteration boundary once the lease is revoked or expired and
     the checkpoint is saved. A SystemExit: an uncaught one ends the process with
@@ -275,5 +284,5 @@ class Lease:
         write_json_atomic(self._progress_path, data)
 
 
-__all__ = ["CHECKPOINT_FILE", "EXIT_PREEMPTED", "LEASE_FILE", "PROGRESS_FILE", "Lease", "Preempted", "read_json",
+__all__ = ["CHECKPOINT_FILE", "EXIT_PREEMPTED", "LEASE_FILE", "PROGRESS_FILE", "Lease", "Preempted", "checkpoint_step", "read_json",
            "write_json_atomic"]

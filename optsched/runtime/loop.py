@@ -1,19 +1,22 @@
-"""The runtime loop: the simulator's stages with real execution.
+"""The runtime loop: the scheduling core (optsched/core.py) with real execution.
 
-Every round (``round_length`` seconds of wall clock):
+Every round (``round_length`` seconds of the executor's clock):
 
     observe     poll the running processes; read their progress files
                 (steps done, iteration times, finish time); a process that
                 exited 0 has finished, 75 was preempted (checkpoint saved),
                 anything else failed (its slots are freed, the others go on);
     admission   jobs whose arrival time has passed join the active set
-                (arrivals wait for the round boundary; JCT counts from arrival);
-    policy      a Snapshot of the active jobs (throughput = the measured
-                steps/s per slot type, else the trace's estimate) is solved
-                with ``optsched.policy.solve`` when jobs arrived or left
-                (or every ``recompute_every`` rounds); otherwise the same
-                Allocation is reused (Gavel semantics, as the simulator);
-    allocator   ``Allocator.next_round(snapshot, allocation)`` → Placement;
+                (``core.admit``: all of them, or FIFO under ``--admission
+                load``; arrivals wait for the round boundary; JCT counts from
+                arrival);
+    decide      the core's round (``RoundCore.decide``) on the Instance of the
+                active jobs (throughput = the measured steps/s per slot type,
+                else the trace's estimate): the recomputation rules, the
+                policy's solve (POP partitions, job classes), and
+                ``Allocator.next_round`` → Placement (migration cost and the
+                placement policy are allocator options) — the very code the
+                simulator and the service's sessions run;
     execution   the diff against what really runs: jobs not placed, or placed
                 on other slots (migrated), get their lease revoked and stop at
                 the next iteration boundary with a checkpoint; one still alive
@@ -51,9 +54,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optsched.model import Cluster, GpuSlot, Job, OptschedError, Snapshot
+from optsched.core import DEFAULT_LOAD_FACTOR, DecisionState, RoundCore, RoundRules, check_admission
+from optsched.model import Cluster, GpuSlot, Instance, Job, OptschedError, Snapshot
 from optsched.runtime.executor import Launch, slot_names
-from optsched.runtime.job import EXIT_PREEMPTED, LEASE_FILE, PROGRESS_FILE, read_json, write_json_atomic
+from optsched.runtime.job import (EXIT_PREEMPTED, LEASE_FILE, PROGRESS_FILE, checkpoint_step, read_json,
+                                  write_json_atomic)
 from optsched.runtime.spec import RunJob
 
 log = logging.getLogger("optsched.runtime")
@@ -84,6 +89,11 @@ class RunConfig:
     time_limit: float = 60.0
     seed: int = 0
     recompute_every: int | None = None
+    min_recompute_interval: float = 0.0  # seconds: no recomputation sooner after the last (Gavel: 1920)
+    partitions: int = 1  # POP: each recomputation solves this many job groups and merges them
+    admission: str = "accept-all"  # or "load": FIFO while the active jobs' slots stay within load_factor × slots
+    load_factor: float | None = None  # None: 2.0 (with admission="load")
+    packing: bool = False  # space sharing: refused (each slot runs one process)
     max_time: float | None = None  # stop (every job) after this many seconds
     poll_interval: float = 0.02
     lease_slack: float | None = None  # lease lifetime beyond the round (default max(2 rounds, 10 s))
@@ -110,12 +120,26 @@ class RunConfig:
             raise OptschedError(f"--max-time: must be positive, got {self.max_time:g}")
         if self.recompute_every is not None and self.recompute_every < 1:
             raise OptschedError(f"--recompute-every: must be >= 1, got {self.recompute_every}")
+        if not 0 <= self.min_recompute_interval < float("inf"):
+            raise OptschedError(f"--min-recompute-interval: must be >= 0 seconds, got {self.min_recompute_interval:g}")
+        check_admission(self.admission, self.load_factor)
+        if self.load_factor is not None and not 0 < self.load_factor < float("inf"):
+            raise OptschedError(f"--load-factor: must be positive, got {self.load_factor:g}")
+        if self.packing:
+            raise OptschedError("--packing: the local, Ray and Slurm executors give each slot to one process; space "
+                                "sharing runs in optsched simulate and in sessions (the caller runs both jobs)")
         from optsched.policy import policy_names
 
         if self.policy not in policy_names():
             raise OptschedError(f"--policy: unknown policy {self.policy!r} (choose from {', '.join(policy_names())})")
         if self.policy in ("pollux", "sia", "hadar"):
             raise OptschedError(f"--policy: {self.policy} chooses GPU counts for elastic jobs; the runtime runs rigid jobs")
+        self.rules().check()
+
+    def rules(self) -> RoundRules:
+        """The core's rules of a round under this configuration (every job is rigid)."""
+        return RoundRules(self.policy, self.solver, self.time_limit, True, self.packing, self.partitions,
+                          self.min_recompute_interval, self.recompute_every, dict(self.policy_options))
 
 
 @dataclass
@@ -222,7 +246,7 @@ class Runtime:
     """One run of jobs on an executor (``run()`` below is the one-call form)."""
 
     def __init__(self, jobs: list[RunJob], executor, config: RunConfig = RunConfig(), run_dir: str | None = None,
-                 on_round=None):
+                 on_round=None, resume: bool = False):
         config.validate()
         if not jobs:
             raise OptschedError("run: no jobs")
@@ -242,6 +266,8 @@ class Runtime:
                                     f"({', '.join(f'{t}={c}' for t, c in self.cluster.gpus.items())})")
         self.jobs = sorted(jobs, key=lambda j: j.arrival_time)
         self.state = {j.job_id: _JobState(j) for j in self.jobs}
+        self.temporary = run_dir is None  # a folder of our own: the caller may remove it after the run
+        self.resumed = self._prepare_run_dir(run_dir, resume)
         self.run_dir = run_dir or tempfile.mkdtemp(prefix="optsched-run-")
         os.makedirs(self.run_dir, exist_ok=True)
         self.on_round = on_round
@@ -250,8 +276,9 @@ class Runtime:
         self._holder: dict[str, str] = {}  # slot name -> job holding it now
         self._t0 = 0.0
         self._stopping = threading.Event()
-        self.solver_seconds = 0.0
-        self.recomputations = 0
+        self.decisions = DecisionState()  # the core's memory: allocation in force, recomputation bookkeeping
+        self._arrived: list[str] = []  # arrived, not admitted (load-based admission)
+        self._demand = 0.0  # slots of admitted, unfinished jobs
         # The executor may bring its own clock (a virtual one in tests); else wall-clock time.
         self.clock = getattr(executor, "clock", None) or WallClock()
 
@@ -273,20 +300,53 @@ class Runtime:
         self._stopping.set()
 
     # ------------------------------------------------------------------ run
+    @property
+    def solver_seconds(self) -> float:
+        return self.decisions.solver_seconds
+
+    @property
+    def recomputations(self) -> int:
+        return self.decisions.recomputations
+
+    def _prepare_run_dir(self, run_dir: str | None, resume: bool) -> list[str]:
+        """A used folder (an earlier run's job folders) is refused unless ``resume``: its
+        checkpoints would be restored while the run reports a fresh start. Resumed, each job
+        starts from its checkpoint's step (its stale lease and progress files removed).
+        Returns the jobs resumed from a checkpoint."""
+        jobs_dir = os.path.join(run_dir, "jobs") if run_dir else None
+        used = jobs_dir is not None and os.path.isdir(jobs_dir) and bool(os.listdir(jobs_dir))
+        if not used:
+            return []
+        if not resume:
+            raise OptschedError(f"--run-dir: {run_dir} holds an earlier run's jobs (their checkpoints would be "
+                                "restored); pass --resume to continue from them, or choose a new folder")
+        resumed = []
+        for j, s in self.state.items():
+            d = os.path.join(jobs_dir, j)
+            for name in (LEASE_FILE, PROGRESS_FILE):
+                try:
+                    os.remove(os.path.join(d, name))
+                except FileNotFoundError:
+                    pass
+            step = checkpoint_step(d)
+            if step:
+                s.steps_done = min(step, s.job.steps)
+                resumed.append(j)
+        return resumed
+
     def run(self) -> RunResult:
         from optsched.allocator import Allocator
 
         cfg = self.cfg
         self.allocator = Allocator(self.cluster, placement=cfg.placement, seed=cfg.seed,
                                    round_length=cfg.round_length, **cfg.allocator_options)
+        self.core = RoundCore(cfg.rules(), self.allocator)
         self._warm_up()
         self.executor.start()
         self._t0 = self.clock.time()
         wall0 = time.perf_counter()
         interrupted = ""
-        allocation = None
-        dirty = True
-        rounds_since = 0
+        ds = self.decisions
         try:
             k = 0
             while True:
@@ -294,9 +354,8 @@ class Runtime:
                 self._observe(now)
                 if self._stopping.is_set():
                     raise _Stop()
-                arrived = self._admit(now)
-                dirty |= arrived
-                dirty |= bool(self._remove_departed())  # exited between rounds
+                ds.dirty |= self._admit(now)
+                ds.dirty |= bool(self._remove_departed())  # exited between rounds
                 active = [s for s in self.state.values() if s.status in ("queued", "running")]
                 if not active:
                     waiting = [s for s in self.state.values() if s.status == "waiting"]
@@ -307,22 +366,9 @@ class Runtime:
                 if cfg.max_time is not None and now >= cfg.max_time:
                     interrupted = "max_time"
                     break
-                # --- policy ---
-                snap = self._snapshot(active, now)
-                solve_s = 0.0
-                recompute = dirty or allocation is None or (cfg.recompute_every and rounds_since >= cfg.recompute_every)
-                if recompute:
-                    from optsched.policy import solve
-
-                    t = time.perf_counter()
-                    allocation = solve(snap, policy=cfg.policy, solver=cfg.solver, time_limit=cfg.time_limit,
-                                       **cfg.policy_options)
-                    solve_s = time.perf_counter() - t
-                    self.solver_seconds += solve_s
-                    self.recomputations += 1
-                    dirty, rounds_since = False, 0
-                # --- allocator / placement ---
-                placement = self.allocator.next_round(snap, allocation)
+                # --- the core: policy (when due), allocator / placement ---
+                _, d = self.core.decide(ds, now, lambda: self._instance(active, now))
+                recompute, solve_s, placement = d.recomputed, d.solve_seconds, d.placement
                 # A copy: Allocator.remove() drops jobs from the dict the Placement shares with its lease.
                 assignments = {j: tuple(v) for j, v in placement.assignments.items()}
                 # --- execution ---
@@ -343,8 +389,7 @@ class Runtime:
                     round_end = end
                 # --- metrics ---
                 left_jobs = self._account(assignments, now, round_end)
-                dirty |= bool(left_jobs)
-                rounds_since += 1
+                ds.dirty |= bool(left_jobs)
                 self.rounds.append({
                     "round": k, "start": now, "end": round_end, "active": len(active),
                     "running": len(placed), "started": len(started), "preempted": len(preempted),
@@ -369,24 +414,30 @@ class Runtime:
     def _warm_up(self) -> None:
         """Import and run the policy once before the clock starts (imports of
         the solver stack would otherwise count in the first jobs' JCT)."""
-        from optsched.policy import solve
+        from optsched.core import warm_up
 
         t = self.types[0]
         snap = Snapshot(cluster=self.cluster, jobs=[Job(id="warm-up", throughput={t: 1.0}, steps_total=1.0)])
-        try:
-            solve(snap, policy=self.cfg.policy, solver=self.cfg.solver, time_limit=self.cfg.time_limit,
-                  **self.cfg.policy_options)
-        except OptschedError:
-            pass
+        warm_up(self.core.rules, Instance.from_snapshot(snap))
 
     # ------------------------------------------------------------------ stages
     def _admit(self, now: float) -> bool:
-        arrived = False
-        for s in self.state.values():
-            if s.status == "waiting" and s.job.arrival_time <= now + 1e-9:
-                s.status = "queued"
-                arrived = True
-        return arrived
+        """Arrivals join the active set by the core's admission rule; True when any did."""
+        from optsched.core import admit
+
+        for j, s in self.state.items():  # (arrival order)
+            if s.status == "waiting" and s.job.arrival_time <= now + 1e-9 and j not in self._arrived:
+                self._arrived.append(j)
+        if not self._arrived:
+            return False
+        cfg = self.cfg
+        limit = (DEFAULT_LOAD_FACTOR if cfg.load_factor is None else cfg.load_factor) * sum(self.cluster.gpus.values())
+        idle = not any(s.status in ("queued", "running") for s in self.state.values())
+        admitted, self._demand = admit(self._arrived, lambda j: self.state[j].job.scale_factor, self._demand,
+                                       cfg.admission, limit, idle)
+        for j in admitted:
+            self.state[j].status = "queued"
+        return bool(admitted)
 
     def _throughput(self, s: _JobState) -> dict[str, float]:
         if self.cfg.throughputs == "trace":
@@ -402,14 +453,15 @@ class Runtime:
         fallback = (np.mean(list(measured.values())) if measured else s.job.throughput) or 1.0
         return {t: float(measured.get(t, fallback)) for t in self.types}
 
-    def _snapshot(self, active: list[_JobState], now: float) -> Snapshot:
+    def _instance(self, active: list[_JobState], now: float) -> Instance:
+        """The round's Instance of the active jobs (the runtime's view, for the core)."""
         jobs = [Job(id=s.job.job_id, model=s.job.model, scale_factor=s.job.scale_factor, weight=s.job.weight,
                     throughput=self._throughput(s), steps_total=float(s.job.steps),
                     steps_done=float(min(s.steps_done, s.job.steps)),  # a job may report past its end
                     arrival_time=s.job.arrival_time, elapsed_time=max(now - s.job.arrival_time, 0.0),
                     attained_service=s.attained)
                 for s in active]
-        return Snapshot(time=now, cluster=self.cluster, jobs=jobs)
+        return Instance.from_snapshot(Snapshot(time=now, cluster=self.cluster, jobs=jobs))
 
     def _observe(self, now: float) -> None:
         for s in self.state.values():
@@ -601,6 +653,7 @@ class Runtime:
                 except OptschedError:
                     pass  # never placed: unknown to the allocator
                 s.removed = True
+                self._demand -= s.job.scale_factor
                 left.append(s.job.job_id)
         return left
 
@@ -711,6 +764,7 @@ class Runtime:
             "throughput_by_type": {t: float(np.nanmean(v)) for t, v in by_type.items()},
             "rounds": len(rdf), "recomputations": self.recomputations, "solver_seconds": self.solver_seconds,
             "wall_seconds": wall, "interrupted": interrupted, "run_dir": self.run_dir,
+            "resumed_jobs": len(self.resumed),
         }
         config = {"executor": self.executor.name, "cluster": dict(self.cluster.gpus),
                   **{k: v for k, v in self.cfg.__dict__.items()}}
@@ -719,10 +773,15 @@ class Runtime:
 
 def run(jobs, executor: str | object = "local", config: RunConfig | None = None, cluster: str | None = None,
         address: str | None = None, run_dir: str | None = None, on_round=None, step_scale: float = 1.0,
-        handle_signals: bool = False, **options) -> RunResult:
+        handle_signals: bool = False, resume: bool = False, keep: bool = False, loss_threshold: float | None = None,
+        **options) -> RunResult:
     """Run ``jobs`` (RunJobs, a Trace, or a trace path) under the pipeline on
     ``executor`` ("local", "ray", or an executor object). ``options``: RunConfig
-    fields. ``handle_signals``: SIGTERM/SIGINT stop the run cleanly (main thread)."""
+    fields. ``handle_signals``: SIGTERM/SIGINT stop the run cleanly (main thread).
+    ``run_dir``: the jobs' folders (a used one only with ``resume``: the jobs
+    continue from its checkpoints); None: a temporary folder, removed after the
+    run unless ``keep``. ``loss_threshold``: a trace's jobs with convergence
+    profiles end at their loss-based termination step (as in the simulator)."""
     from optsched.runtime.executor import make_executor
     from optsched.runtime.spec import jobs_from_trace
 
@@ -734,12 +793,21 @@ def run(jobs, executor: str | object = "local", config: RunConfig | None = None,
         except OptschedError as e:  # (run has no format option)
             raise OptschedError(str(e).replace(FORMAT_HINT, "convert it with optsched trace convert --format, or pass "
                                                             "read_trace(path, format=...) in Python")) from None
+    if loss_threshold is not None:
+        from optsched.checks import check_number
+
+        check_number("--loss-threshold", loss_threshold, 0.0)
+        if isinstance(jobs, (list, tuple)):
+            raise OptschedError("--loss-threshold: needs a trace whose jobs carry convergence profiles, not RunJobs")
     if not isinstance(jobs, (list, tuple)):
-        jobs = jobs_from_trace(jobs, step_scale)
+        trace = jobs
+        jobs = jobs_from_trace(trace, step_scale)
+        if loss_threshold is not None:
+            jobs = _loss_terminated(jobs, trace, loss_threshold)
     cfg = config or RunConfig(**options)
     run_id = uuid.uuid4().hex[:12]
     ex = make_executor(executor, cluster, address, run_id) if isinstance(executor, str) else executor
-    rt = Runtime(list(jobs), ex, cfg, run_dir, on_round)
+    rt = Runtime(list(jobs), ex, cfg, run_dir, on_round, resume=resume)
     old = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
         def _handler(signum, frame):
@@ -752,6 +820,29 @@ def run(jobs, executor: str | object = "local", config: RunConfig | None = None,
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+        if rt.temporary and not keep:
+            import shutil
+
+            shutil.rmtree(rt.run_dir, ignore_errors=True)
+
+
+def _loss_terminated(jobs: list[RunJob], trace, threshold: float) -> list[RunJob]:
+    """The simulator's loss-based termination (stages.termination_fractions) on real jobs: a
+    job with a convergence profile runs to its termination step (its command's --steps too)."""
+    from dataclasses import replace
+
+    from optsched.runtime.spec import workload_command
+    from optsched.sim.stages import termination_fractions
+
+    frac = termination_fractions(trace, threshold)
+    out = []
+    for j in jobs:
+        f = frac.get(j.job_id)
+        if f is not None and f < 1.0:
+            steps = max(int(round(j.steps * f)), 1)
+            j = replace(j, steps=steps, command=workload_command(j.model, steps, j.command[0]))
+        out.append(j)
+    return out
 
 
 __all__ = ["RunConfig", "RunResult", "Runtime", "run"]
