@@ -14,20 +14,20 @@ export OPTSCHED_PEER_DATA ?= $(abspath ../shared/data)
 
 .PHONY: demo test bench install install-core clean
 
+# (Python 3.11's own pip suffices: upgrading it first cost ~45 s on a busy machine.)
 $(PY):
 	@echo "==> creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
 
 # The core: what `make demo` needs.
 $(CORE_STAMP): pyproject.toml | $(PY)
-	@echo "==> installing optsched (core: solve, allocator, client) into $(VENV)"
+	@echo "==> installing optsched (core: solve, allocator, client; ~290 MB, about a minute) into $(VENV)"
 	$(PY) -m pip install -e .
 	touch $(CORE_STAMP)
 
 # Everything the test suite needs (every extra, pytest, hypothesis, schemathesis); includes the core.
 $(STAMP): pyproject.toml | $(PY)
-	@echo "==> installing optsched with every extra and the test tools ('.[test]') into $(VENV)"
+	@echo "==> installing optsched with every extra and the test tools ('.[test]'; ~2 GB, several minutes) into $(VENV)"
 	$(PY) -m pip install -e '.[test]'
 	touch $(CORE_STAMP) $(STAMP)
 
