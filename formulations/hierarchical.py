@@ -38,7 +38,7 @@ def tenant_weights(inst: Instance):
 
 
 # What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
-IMPORTS = ("optsched.solvers.lp", "clarabel", "highspy")
+IMPORTS = ("optsched.solvers.lp", "clarabel", "highspy", "scipy.sparse")
 
 
 def allocate(

@@ -56,7 +56,7 @@ FREEZE_MARGIN = 1e-6  # relative: a level read off an LP is frozen this much bel
 
 
 # What allocate() imports, loaded (and timed as import_seconds) before its timer: optsched/policy.py.
-IMPORTS = ("optsched.solvers.lp", "clarabel", "highspy")
+IMPORTS = ("optsched.solvers.lp", "clarabel", "highspy", "scipy.sparse")
 
 
 def allocate(

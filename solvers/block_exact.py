@@ -28,6 +28,7 @@ but callers that need *every* such job (water filling) ask for interior duals.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -321,8 +322,9 @@ class _Master:
     mu: np.ndarray  # (e,)
 
 
-def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float):
-    """An optimal vertex from nearly optimal capacity prices and level, or None."""
+def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float, flood: float = FLOOD):
+    """An optimal vertex from nearly optimal capacity prices and level, or None
+    (also when more than ``flood`` of the jobs would need rows of their own)."""
     t0 = time.perf_counter()
     d = _Data.of(lp)
     if d is None:
@@ -340,7 +342,7 @@ def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float
     explicit = (cand.sum(axis=1) > 1) | near_full
     cand[~explicit] = False
     for rounds in range(1, MAX_ROUNDS + 1):
-        if time.perf_counter() > deadline or explicit.sum() > max(200, FLOOD * n):
+        if time.perf_counter() > deadline or explicit.sum() > max(200, flood * n):
             return None
         m = _settled_master(d, single, explicit, cand, slack, deadline)
         if m is None:
@@ -393,9 +395,7 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
             deadline: float = float("inf")) -> _Master | None:
     """max z over the explicit jobs' columns; single-type jobs folded into the
     capacity rows as G_j z + L_j. HiGHS's primal simplex (a vertex and its duals)."""
-    import scipy.sparse as sp
-
-    from optsched.solvers.lp import solve_lp
+    from optsched.solvers.lp import CscArrays, solve_lp
 
     k = d.A.shape[1]
     singles = np.flatnonzero(~explicit)
@@ -407,12 +407,14 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
     e = len(ex)
     em, ej = np.nonzero(cand[ex])  # em indexes ex
     nv = len(em) + 1  # the explicit columns, then z
-    col = np.arange(len(em))
     gm = ex[em]
-    I = np.concatenate([ej, k + em, k + e + em, np.arange(k), k + np.arange(e)])
-    J = np.concatenate([col, col, col, np.full(k, nv - 1), np.full(e, nv - 1)])
-    V = np.concatenate([d.S[gm], -d.A[gm, ej], np.ones(len(em)), G, d.g[ex]])
-    A_ub = sp.csc_matrix((V, (I, J)), shape=(k + 2 * e, nv))
+    # Bare CSC arrays (no scipy.sparse on this path): rows are the k capacities, the e
+    # share rows, the e time rows; each X column has one entry in each, in row order,
+    # and z's column has the k folded capacity terms and the explicit share rows' g.
+    indices = np.concatenate([np.stack([ej, k + em, k + e + em], axis=1).reshape(-1), np.arange(k + e)])
+    data = np.concatenate([np.stack([d.S[gm], -d.A[gm, ej], np.ones(len(em))], axis=1).reshape(-1), G, d.g[ex]])
+    indptr = np.r_[np.arange(0, 3 * len(em) + 1, 3), 3 * len(em) + k + e].astype(np.int32)
+    A_ub = CscArrays(indptr, indices.astype(np.int32), data.astype(float), k + 2 * e)
     b_ub = np.concatenate([d.W - L, -d.l[ex], np.ones(e)])
     c = np.zeros(nv)
     c[-1] = -1.0
@@ -429,3 +431,209 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
     Xe[em, ej] = np.maximum(sol.x[:-1], 0.0)
     duals = sol.dual_ub
     return _Master(float(sol.x[-1]), duals[:k], Xe, duals[k : k + e], duals[k + e :])
+
+
+# ---------------------------------------------------------------------------
+# Level search: the optimum's prices and level from the k capacity prices alone
+# ---------------------------------------------------------------------------
+#
+# For a level z every job's demand d_m = g_m z + l_m is fixed, and the least
+# load ratio that meets them, u(z) = min_X max_j load_j / W_j, is by LP duality
+# max over prices q ≥ 0 with Σ q = 1 (per unit of each capacity) of Σ_m c_m(q),
+# each job's cheapest way to meet its demand alone (``cheapest``). That is a
+# concave function of k numbers, a sum of n pieces: Kelley's cutting planes,
+# one per group of jobs and round (multi-cut; a cut per group instead of one
+# for the sum takes 2–3× fewer rounds), reach its maximum in 10–30 rounds of
+# O(n k) numpy work and a tiny HiGHS model over k + groups variables. u is
+# convex and piecewise linear in z, linear while no time row binds (u(z) = z u(1)),
+# so a safeguarded Newton step on u(z) = 1 lands on the optimal level in one or
+# two steps. Neither step is trusted: the crossover below starts from the prices
+# and level found, and its pricing of every column is the certificate.
+
+LEVEL_GROUPS = 16  # cut groups (measured at 1k-10k × 3-5: 8-32 alike, 64 slower; one cut in all takes 2-3× the rounds)
+LEVEL_JOBS_PER_GROUP = 1000  # more groups for more jobs (100k × 5: 16 groups left a 3e-6 gap after 60 rounds)
+LEVEL_MAX_GROUPS = 128
+LEVEL_ROUNDS = 60  # cutting-plane rounds per level (measured: 7-31 to a 1e-9 gap)
+LEVEL_STEPS = 6  # Newton steps on the level
+LEVEL_TOL = 1e-9  # relative gap of u(z) and of u(z) = 1
+LEVEL_START = 1e-3  # the first level, × the largest: no time row binds, so the prices are those of u(1)
+LEVEL_SLACKS = (1e-6, 1e-4, 1e-3)  # crossover candidates: types within this relative cost of a job's cheapest
+LEVEL_FLOOD = 0.02  # prices this far off are not worth a master of more rows: the IPM goes on
+
+
+def level_search(lp, deadline: float):
+    """An optimal vertex with its certificate, from prices found by cutting
+    planes over the k capacity prices and a Newton search on the level; None
+    when the search or the crossover does not settle (the caller goes on)."""
+    t0 = time.perf_counter()
+    d = _Data.of(lp)
+    if d is None:
+        return None
+    A = np.where(d.W[None, :] > 0, d.A, 0.0)  # (an empty type serves nobody)
+    best = A.max(axis=1)
+    live = d.g > 0
+    if np.any(best <= 0) or np.any(d.l[~live] > best[~live] * (1 + 1e-12)):
+        return None
+    zcap = float(np.min((best[live] - d.l[live]) / d.g[live]))
+    found = _level(A, d, zcap)
+    if found is None:
+        return None
+    z, price = found
+    for slack in LEVEL_SLACKS:
+        sol = crossover(lp, price, z, slack, deadline, LEVEL_FLOOD)
+        if sol is not None:
+            return dataclasses.replace(sol, seconds=time.perf_counter() - t0, backend="prices+crossover")
+    return None
+
+
+def _level(A: np.ndarray, d: _Data, zcap: float):
+    """(level, prices per GPU): the level where u = 1 (up to LEVEL_TOL, or the
+    Newton step onto it when u is linear there), or None."""
+    homogeneous = not np.any(d.l > 0)  # u(z) = z u(1) until a time row binds
+    lo, hi = 0.0, zcap
+    z, q = LEVEL_START * zcap, None
+    for _ in range(LEVEL_STEPS):
+        out = _least_load(A, d.S, d.W, d.g, d.g * z + d.l, q)
+        if out is None:
+            return None
+        u, q, slope = out
+        if abs(u - 1.0) <= LEVEL_TOL:
+            break
+        if u > 1.0:
+            hi = z
+        else:
+            lo = z
+            if z >= zcap:
+                break  # every job at its largest share fits: the level cannot rise further
+        step = z + (1.0 - u) / slope if slope > 0 else float("nan")
+        if homogeneous and z < step <= hi:
+            return step, q / np.maximum(d.W, 1e-300)  # (the crossover checks it; if not, the caller gives up)
+        z = step if lo < step < hi else 0.5 * (lo + hi)
+    return z, q / np.maximum(d.W, 1e-300)
+
+
+def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, demand: np.ndarray, q0):
+    """(u, q, du/dz) with u = min_X max_j load_j / W_j over X meeting ``demand``
+    (time rows ≤ 1), found to LEVEL_TOL by multi-cut Kelley over the scaled
+    prices q (q_j = π_j W_j, Σ q = 1); None when a job cannot meet its demand
+    or the rounds run out."""
+    n, k = A.shape
+    need = demand > 0
+    a = A[need] / demand[need][:, None]
+    top = a.max(axis=1)
+    if np.any(top < 1.0 - 1e-12):
+        return None  # a job no type can serve within its time
+    a = a / np.minimum(top, 1.0)[:, None]  # (a job at its largest share, up to rounding)
+    Sn, dn = S[need], demand[need]
+    W1 = np.maximum(W, 1e-300)
+    groups = min(max(LEVEL_GROUPS, len(a) // LEVEL_JOBS_PER_GROUP), LEVEL_MAX_GROUPS, len(a))
+    group = np.arange(len(a)) % groups
+    q = np.full(k, 1.0 / k) if q0 is None else np.maximum(q0, 0.0) / max(float(np.maximum(q0, 0.0).sum()), 1e-300)
+    master = _CutMaster(k, groups)
+    best_lb, best_q = -np.inf, q
+    queries, unit = [q], None
+    for _ in range(LEVEL_ROUNDS):
+        cuts = []
+        for q in queries:
+            X, cost = _cheapest_fast(a, Sn, q / W1)
+            lb = float(cost.sum())
+            if lb > best_lb:
+                best_lb, best_q, best_X = lb, q, X
+            load = Sn[:, None] * X / W1[None, :]
+            cuts.append(np.stack([np.bincount(group, weights=load[:, j], minlength=groups) for j in range(k)], axis=1))
+        if unit is None:  # the master's values near `groups` (HiGHS's tolerances are absolute)
+            unit = groups / max(best_lb, 1e-300)
+        master.add(np.concatenate(cuts) * unit)
+        out = master.solve()
+        if out is None:
+            return None
+        ub, q = out
+        ub /= unit
+        if ub - best_lb <= LEVEL_TOL * abs(ub):
+            break  # (else the best prices so far: the crossover's slacks may still settle them)
+        # In-out: the master's point and the midpoint towards the best prices so far
+        # (a cut there does not swing as far; 1.5-2× fewer rounds, and a round's
+        # HiGHS solve costs more than the two evaluations).
+        queries = [q, 0.5 * (q + best_q)]
+    # du/dz at the best prices: Σ_m g_m × each job's marginal cost of demand (per unit of u).
+    p = best_q / W1
+    marginal = _marginal(a, Sn, p, best_X) / dn  # per unit of demand (c is per unit of a-share)
+    return best_lb, best_q, float((g[need] * marginal).sum())
+
+
+def _cheapest_fast(a: np.ndarray, S: np.ndarray, price: np.ndarray):
+    """``cheapest``, with the common case vectorized alone: the type of the best
+    price per unit of share serves the job within its time (a ≥ 1)."""
+    n, k = a.shape
+    rows = np.arange(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(a > 0, price[None, :] / a, np.inf)
+    j1 = np.argmin(ratio, axis=1)
+    a1 = a[rows, j1]
+    X = np.zeros((n, k))
+    X[rows, j1] = 1.0 / a1
+    cost = S * ratio[rows, j1]
+    slow = a1 < 1.0
+    if slow.any():
+        Xs, cs = cheapest(a[slow], S[slow], price)
+        X[slow], cost[slow] = Xs, cs
+    return X, cost
+
+
+def _marginal(a: np.ndarray, S: np.ndarray, price: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """Each job's cost of one more unit of a-share at its assignment X: S p_j / a_j
+    on one type, S (p_hi − p_lo) / (a_hi − a_lo) on two with the time row full."""
+    n = len(a)
+    two = (X > 0).sum(axis=1) > 1
+    rows = np.arange(n)
+    j = np.argmax(X > 0, axis=1)
+    out = S * price[j] / a[rows, j]
+    if two.any():
+        m = rows[two]
+        order = np.argsort(np.where(X[m] > 0, a[m], -np.inf), axis=1)
+        hi, lo = order[:, -1], order[:, -2]
+        out[m] = S[m] * (price[hi] - price[lo]) / (a[m, hi] - a[m, lo])
+    return out
+
+
+class _CutMaster:
+    """max Σ_G t_G s.t. t_G ≤ q·L_{G,i} for every cut i, Σ q = 1, q ≥ 0: one
+    HiGHS model that grows a row per group and round (dual simplex from the last
+    basis). Tolerances 1e-10: the level is read off its value."""
+
+    def __init__(self, k: int, groups: int):
+        import highspy
+
+        self.k, self.groups = k, groups
+        self.h = h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("primal_feasibility_tolerance", 1e-10)
+        h.setOptionValue("dual_feasibility_tolerance", 1e-10)
+        inf = highspy.kHighsInf
+        h.changeObjectiveSense(highspy.ObjSense.kMaximize)
+        h.addVars(k, np.zeros(k), np.full(k, inf))
+        h.addVars(groups, np.full(groups, -inf), np.full(groups, inf))
+        h.changeColsCost(groups, np.arange(k, k + groups, dtype=np.int32), np.ones(groups))
+        h.addRow(1.0, 1.0, k, np.arange(k, dtype=np.int32), np.ones(k))
+        self.index = np.concatenate([np.r_[np.arange(k), k + g] for g in range(groups)]).astype(np.int32)
+
+    def add(self, cut: np.ndarray) -> None:
+        """Rows t_G − q·cut[r] ≤ 0, r = G·c + group for the c-th set of cuts."""
+        import highspy
+
+        R, k = cut.shape
+        values = np.concatenate([-cut, np.ones((R, 1))], axis=1).reshape(-1)
+        index = np.tile(self.index, R // self.groups)
+        self.h.addRows(R, np.full(R, -highspy.kHighsInf), np.zeros(R), len(values),
+                       np.arange(R, dtype=np.int32) * (k + 1), index, values)
+
+    def solve(self):
+        """(upper bound, next q) or None."""
+        import highspy
+
+        self.h.run()
+        if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        x = np.asarray(self.h.getSolution().col_value)
+        return float(self.h.getInfo().objective_function_value), np.maximum(x[: self.k], 0.0)

@@ -148,6 +148,7 @@ def solve(lp: BlockLP, backend: str = "auto", time_limit: float = 60.0, interior
     sol = _solve(target, backend, time_limit, t0 + imports, interior, warm)
     if expand is not None:
         sol = _expand(sol, *expand, t0 + imports)
+    imports += sol.info.get("import_seconds", 0.0)
     return dataclasses.replace(sol, info={**sol.info, "import_seconds": imports}) if imports else sol
 
 
@@ -176,8 +177,9 @@ def load_modules(modules) -> float:
 
 def _load_backend(backend: str) -> float:
     """Import what ``backend`` needs (the IPM: numpy only); seconds it took."""
-    return load_modules({"ipm": (), "clarabel": ("optsched.solvers.lp", "clarabel")}.get(
-        backend, ("optsched.solvers.lp", "highspy")))
+    # (the general backends take the program through to_matrix: scipy.sparse)
+    return load_modules({"ipm": (), "clarabel": ("optsched.solvers.lp", "clarabel", "scipy.sparse")}.get(
+        backend, ("optsched.solvers.lp", "highspy", "scipy.sparse")))
 
 
 def preload(lp: BlockLP, backend: str = "auto") -> float:
@@ -185,10 +187,13 @@ def preload(lp: BlockLP, backend: str = "auto") -> float:
     starts; seconds it took. ``auto`` and the IPM may end on CLARABEL or HiGHS whatever
     the size: merged identical rows make a smaller program, the IPM hands over to
     CLARABEL and crosses over with HiGHS, and formulations solving a loop of programs
-    (finish-time fairness) solve smaller ones."""
-    seconds = _load_backend(_chosen(lp, backend))
+    (finish-time fairness) solve smaller ones. Programs the IPM path takes load HiGHS
+    only (its exact shortcuts: no scipy, ~0.2 s cold); should one fall through to
+    CLARABEL, that import is timed apart there (``import_seconds`` of the solution)."""
+    chosen = _chosen(lp, backend)
+    seconds = _load_backend(chosen)
     if backend in ("auto", "ipm") and lp.pairs is None:  # (the IPM's crossover and exact rounds use HiGHS)
-        seconds += _load_backend("clarabel") + _load_backend("highs-simplex")
+        seconds += load_modules(("optsched.solvers.lp", "highspy"))
     return seconds
 
 
@@ -204,6 +209,8 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
                 if sol is not None or not shortcut or warm is None:
                     break
                 sol = block_exact.crossover(lp, warm[0], warm[1], slack, deadline)  # failing rungs stop early
+            if sol is None and shortcut and not interior:
+                sol = block_exact.level_search(lp, deadline)
             if sol is None and shortcut and warm is None and not interior and lp.n * lp.k >= SAMPLE_ENTRIES:
                 sol = _sampled_crossover(lp, deadline)
         if sol is not None:
@@ -231,7 +238,11 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
 
         logging.getLogger("optsched.solvers").info("block IPM: %s; solving with clarabel", sol.message)
         tried = sol.message  # a failure names every backend tried, in order
+        late = _load_backend("clarabel")  # (preload leaves scipy out of the IPM's path; timed apart)
+        deadline += late
         sol = _matrix_solve(lp, "clarabel", max(deadline - time.perf_counter(), 1e-3))
+        if late:
+            sol = dataclasses.replace(sol, info={**sol.info, "import_seconds": late})
         if sol.ok:
             return sol
         tried = f"{tried}; {sol.message}"

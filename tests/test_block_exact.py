@@ -105,13 +105,13 @@ def test_uncongested_declines_when_capacity_binds():
 
 @pytest.mark.parametrize("capacity", [0.01, 0.03])
 def test_ipm_with_crossover_is_exact_at_scale(capacity):
-    """Through block_lp.solve: the IPM hands over to the crossover (or finishes)
-    and the result is the program's optimum either way."""
+    """Through block_lp.solve: the level search (or the IPM) hands over to the
+    crossover (or the IPM finishes) and the result is the program's optimum either way."""
     rng = np.random.default_rng(11)
     lp = random_lp(rng, 3000, 3, capacity=capacity)
     sol = block_lp.solve(lp, "ipm")
     ref = reference(lp)
-    assert sol.ok and sol.backend in ("ipm", "ipm+crossover")
+    assert sol.ok and sol.backend in ("ipm", "ipm+crossover", "prices+crossover")
     check_primal(lp, sol, tol=1e-6)
     assert sol.z == pytest.approx(ref.z, rel=1e-6)
     interior = block_lp.solve(lp, "ipm", interior=True)
@@ -230,6 +230,7 @@ def test_sampled_crossover_reaches_the_whole_programs_optimum(seed, monkeypatch)
     from optsched.formulations import max_min_fairness
 
     monkeypatch.setattr(block_lp, "SAMPLE_ENTRIES", 5000)
+    monkeypatch.setattr(block_exact, "level_search", lambda lp, deadline: None)  # (it comes first)
     lp = max_min_fairness.build(rigid(3000, 3 + seed % 3, seed, gpus_per_job=CONGESTED)).lp
     sol = block_lp.solve(lp)
     ref = reference(lp)
@@ -244,6 +245,7 @@ def test_sampled_crossover_is_used(monkeypatch):
     from optsched.formulations import max_min_fairness
 
     monkeypatch.setattr(block_lp, "SAMPLE_ENTRIES", 5000)
+    monkeypatch.setattr(block_exact, "level_search", lambda lp, deadline: None)  # (it comes first)
     used = [block_lp.solve(max_min_fairness.build(rigid(4000, 3, s, gpus_per_job=CONGESTED)).lp).backend
             for s in range(3)]
     assert "sample+crossover" in used
