@@ -48,6 +48,7 @@ def agent_command(
                                               "for jobs that name model=NAME."),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="Stop after this many rounds (default: run until "
                                          "stopped)."),
+    until_done: bool = typer.Option(False, "--until-done", help="Stop once every job it manages has ended."),
     slurm_conf: Optional[str] = typer.Option(None, "--slurm-conf", help="Slurm's configuration (default: "
                                              "$SLURM_CONF, else Slurm's own default)."),
 ) -> None:
@@ -81,7 +82,7 @@ def agent_command(
             signal.signal(sig, lambda *_: stop.set())
     err_console.print(f"optsched slurm: {policy}, rounds of {round_length:g} s, state in {db}", highlight=False)
     try:
-        agent.run(rounds=rounds, stop=stop.is_set)
+        agent.run(rounds=rounds, stop=stop.is_set, until_done=until_done)
     finally:
         agent.close()
 

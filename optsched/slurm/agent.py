@@ -507,11 +507,14 @@ class Agent:
         self.adb.action(k, sid, what)
 
     # -- the loop ----------------------------------------------------------------
-    def run(self, rounds: int | None = None, stop=None) -> None:
+    def run(self, rounds: int | None = None, stop=None, until_done: bool = False) -> None:
         """Rounds every ``round_length`` wall seconds (the last round's observation
-        time is stored, so a restart keeps the pace), until ``rounds`` or ``stop()``."""
+        time is stored, so a restart keeps the pace), until ``rounds``, ``stop()``,
+        or (``until_done``) a round after which no job it manages is left."""
         done = 0
         while rounds is None or done < rounds:
+            if until_done and self.adb.jobs() and not any(j["status"] == "active" for j in self.adb.jobs().values()):
+                return
             last = self.adb.last_round()
             if last is not None and last["applied"]:
                 wait = last["observed_at"] + self.cfg.round_length - time.time()
