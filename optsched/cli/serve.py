@@ -23,9 +23,24 @@ class JsonFormatter(logging.Formatter):
         out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"), "level": record.levelname,
                "logger": record.name, "message": record.getMessage()}
         out.update(getattr(record, "fields", {}) or {})
+        if getattr(record, "request_id", "-") != "-":
+            out.setdefault("request_id", record.request_id)
         if record.exc_info:
             out["traceback"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
+
+
+class RequestIdFilter(logging.Filter):
+    """Stamps each record with the id of the request being served (``-`` outside a request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from optsched.service.app import REQUEST_ID
+
+        record.request_id = REQUEST_ID.get() or "-"
+        return True
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
 
 def is_loopback(host: str) -> bool:
@@ -87,8 +102,8 @@ def serve(
         err_console.print(f"[bold red]error:[/] {escape(message('optsched serve', 'service'))}", highlight=False)
         raise typer.Exit(2)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(RequestIdFilter())
     svc = logging.getLogger("optsched.service")
     svc.handlers[:] = [handler]
     svc.propagate = False
@@ -112,8 +127,8 @@ def serve(
     sock = listening_socket(host, port)
     port = sock.getsockname()[1]  # --port 0: the port the system chose
     where = f"http://[{host.strip('[]')}]:{port}" if ":" in host else f"http://{host}:{port}"
-    svc.warning("optsched serve %s: listening on %s (database %s, token %s)", _version(), where, db,
-                "required" if token else "not required")
+    svc.info("optsched serve %s: listening on %s (database %s, token %s)", _version(), where, db,
+             "required" if token else "not required")
     try:
         _serve_on(sock, uvicorn.Config(application, host=host, port=port, log_level="warning", access_log=False,
                                        timeout_graceful_shutdown=5))

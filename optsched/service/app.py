@@ -1,6 +1,9 @@
 """The HTTP layer: a thin FastAPI shell over ``Session`` and the policy entry point.
 
     GET  /healthz                                  liveness (no token needed)
+    GET  /readyz                                   readiness: the database answers, not shutting down (503 if not)
+    GET  /metrics                                  Prometheus metrics (no token needed)
+    GET  /docs                                     the API as one self-contained page (no CDN)
     GET  /v1/policies                              policy names
     POST /v1/solve                                 snapshot → allocation, explanation (, placement)
     POST /v1/sessions                              create a scheduling session
@@ -23,16 +26,21 @@ keeps serving other sessions. Errors are JSON ``{"detail", "field"}``: 422
 for invalid input (naming the field), 401 without the right bearer token, 404
 for an unknown session or job, 409 for a conflict, 413 for an oversize body;
 an unexpected error is logged with its traceback and answered 500 without one.
+Every answer carries an ``X-Request-ID`` (the caller's, when it sent a valid
+one, else a new one); the request's log records carry it too (``REQUEST_ID``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import hmac
 import json
 import logging
 import re
 import time
+import uuid
 import weakref
 from collections import OrderedDict
 from typing import Any
@@ -51,6 +59,7 @@ from optsched.service.models import (SESSION_ID_PATTERN, ErrorBody, FinishReques
                                      JobUpdate, Limits, PoliciesOut, ReportProgress, RoundOut, RoundRequest,
                                      SessionConfig, SessionCreated, SessionOut, SolveRequest, SolveResponse,
                                      SubmitJobs)
+from optsched.service.metrics import Metrics
 from optsched.service.session import Conflict, NotFound, Session, jsonable, per_round_policies
 from optsched.service.store import Store
 
@@ -66,6 +75,11 @@ ERRORS = {
     413: {"model": ErrorBody, "description": "Request body larger than the server's limit."},
     422: {"model": ErrorBody, "description": "Invalid input; `field` names it."},
 }
+# The id of the request being served, for log records (serve's log filter reads it); worker
+# threads see it too (anyio copies the context into them).
+REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("optsched_request_id", default=None)
+# A caller's X-Request-ID is kept when it is this plain (no spaces or control characters to forge log lines).
+_REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:@+/=-]{1,128}$")
 SID = Path(pattern=SESSION_ID_PATTERN, description="Session id.")
 JOB_ID = Path(pattern=r"^[A-Za-z0-9_.:@+\-]{1,128}$", description="Job id.")
 
@@ -126,14 +140,22 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
         if cred is None or not hmac.compare_digest(cred.credentials.encode(), token.encode()):
             raise _Unauthorized()
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        app.state.ready = False  # shutting down: /readyz says so while requests drain
+
     app = FastAPI(
         title="optsched", version=__version__,
         description="Optimization-based GPU cluster scheduling as a service: stateless solves and durable "
         "scheduling sessions (README: Embedding).",
+        docs_url=None, redoc_url=None, lifespan=lifespan,  # /docs is our own page: Swagger's loads from a CDN
     )
     app.state.store, app.state.registry, app.state.limits = store, registry, limits
+    app.state.metrics, app.state.ready = Metrics(), True
     v1: list[Any] = [Depends(authorize)]
     _add_error_handlers(app)
+    _add_operator_routes(app, registry)
     _add_stateless_routes(app, registry, limits, v1)
     _add_session_routes(app, registry, limits, v1)
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
@@ -174,6 +196,44 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(500, "internal error (logged on the server)", None)
 
 
+def _add_operator_routes(app: FastAPI, registry: Registry) -> None:
+    """/readyz, /metrics, /docs: for operators and their tools (no token: they reveal no session data
+    beyond ids in metric labels; bind to a private address or put them behind the proxy's rules)."""
+    from starlette.responses import HTMLResponse, PlainTextResponse
+
+    store, metrics = registry.store, app.state.metrics
+
+    @app.get("/readyz", tags=["service"], responses={503: {"model": ErrorBody, "description": "Not ready."}})
+    async def readyz() -> dict[str, str]:
+        """Ready to serve: the database answers a query and the server is not shutting down."""
+        if not app.state.ready:
+            return _error(503, "shutting down", None)
+        try:
+            await _in_thread(store.session_ids, 1)
+        except Exception as e:  # a database that cannot be read: not ready, say why
+            return _error(503, f"database: {type(e).__name__}: {e}", "database")
+        return _json({"status": "ready"})
+
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
+    async def prometheus_metrics():
+        """Prometheus text exposition: requests and their latency, rounds, solve seconds, jobs and GPUs in use."""
+        st = store.stats
+        extra = {
+            "optsched_sessions_cached": ("gauge", "Sessions held in memory.", len(registry.sessions)),
+            "optsched_commit_groups_total": ("counter", "Database transactions (group commits).", st["groups"]),
+            "optsched_commits_total": ("counter", "State changes committed.", st["changes"]),
+            "optsched_commit_seconds_total": ("counter", "Seconds spent committing (fsync included).",
+                                              float(st["commit_seconds"])),
+        }
+        return PlainTextResponse(metrics.render(extra), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        from optsched.service.apidocs import render
+
+        return HTMLResponse(render(app.openapi()))
+
+
 def _add_stateless_routes(app: FastAPI, registry: Registry, limits: Limits, v1: list[Any]) -> None:
     """/healthz, /v1/policies, /v1/solve."""
     store = registry.store
@@ -204,7 +264,9 @@ def _add_stateless_routes(app: FastAPI, registry: Registry, limits: Limits, v1: 
         total = sum(snap.cluster.gpus.values())
         if total > limits.max_gpus:
             raise OptschedError(f"snapshot.cluster.gpus: {total} GPUs exceed the server's limit of {limits.max_gpus}")
-        return _json(await _in_thread(_solve, req, limits))
+        out = await _in_thread(_solve, req, limits)
+        app.state.metrics.observe_solve("solve", float(out.get("solve_seconds") or 0.0))
+        return _json(out)
 
 
 def _add_session_routes(app: FastAPI, registry: Registry, limits: Limits, v1: list[Any]) -> None:
@@ -246,6 +308,7 @@ def _add_session_routes(app: FastAPI, registry: Registry, limits: Limits, v1: li
                 raise NotFound(f"session {sid!r} not found")
             registry.drop(sid)
             registry.locks.pop(sid, None)
+        app.state.metrics.forget(sid)
         log.info("session %s deleted", sid)
         return _no_content()
 
@@ -286,7 +349,9 @@ def _add_session_routes(app: FastAPI, registry: Registry, limits: Limits, v1: li
               tags=["sessions"])
     async def next_round(body: RoundRequest | None = None, sid: str = SID):
         body = body or RoundRequest()
-        return _json(await run(sid, Session.next_round, body.now, body.expected_round))
+        out = await run(sid, Session.next_round, body.now, body.expected_round)
+        app.state.metrics.observe_round(sid, out)
+        return _json(out)
 
     @app.get("/v1/sessions/{sid}/rounds/last", response_model=RoundOut | None, dependencies=v1, responses=ERRORS,
              tags=["sessions"])
@@ -468,7 +533,8 @@ class _BodyLimit:
             except DuplicateKeyError as e:
                 return await _send_error(send, 422, f"body: {e}", "body")
             headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-type"]
-            scope = {**scope, "headers": headers + [(b"content-type", b"application/json")]}
+            # (in place: the router records the matched route in this same scope, which the access log reads)
+            scope["headers"] = headers + [(b"content-type", b"application/json")]
 
         async def replay():
             nonlocal sent
@@ -488,9 +554,16 @@ async def _send_error(send, status: int, detail: str, field: str | None) -> None
     await send({"type": "http.response.body", "body": body})
 
 
+def request_id_of(scope) -> str:
+    """The caller's X-Request-ID when it is plain (``_REQUEST_ID_OK``), else a new random one."""
+    given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+    return given if _REQUEST_ID_OK.match(given) else uuid.uuid4().hex
+
+
 class _AccessLog:
-    """One structured log record per request (logger ``optsched.service.access``):
-    method, path, status, milliseconds, client, bytes in."""
+    """Per request: its id (X-Request-ID in and out, ``REQUEST_ID`` while it is served), one
+    structured log record (logger ``optsched.service.access``: method, path, status,
+    milliseconds, client, request id) and its count and latency in the app's metrics."""
 
     def __init__(self, app):
         self.app = app
@@ -500,10 +573,13 @@ class _AccessLog:
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
         status = {"code": None, "failed": False}
+        rid = request_id_of(scope)
+        token = REQUEST_ID.set(rid)
 
         async def send_wrapper(msg):
             if msg["type"] == "http.response.start":
                 status["code"] = msg["status"]
+                msg = {**msg, "headers": [*msg.get("headers", []), (b"x-request-id", rid.encode())]}
             await send(msg)
 
         try:
@@ -514,8 +590,15 @@ class _AccessLog:
         finally:
             # No response started: 500 if the app raised, else the client left first (499, nginx's code).
             code = status["code"] or (500 if status["failed"] else 499)
-            ms = (time.perf_counter() - t0) * 1000
+            seconds = time.perf_counter() - t0
             client = scope.get("client")
-            fields = {"method": scope["method"], "path": scope["path"], "status": code,
-                      "ms": round(ms, 3), "client": f"{client[0]}:{client[1]}" if client else None}
-            access_log.info("%s %s %d %.1fms", scope["method"], scope["path"], code, ms, extra={"fields": fields})
+            where = f"{client[0]}:{client[1]}" if client else "-"
+            fields = {"method": scope["method"], "path": scope["path"], "status": code, "ms": round(seconds * 1000, 3),
+                      "client": where if client else None, "request_id": rid}
+            access_log.info("%s %s %d %.1fms %s", scope["method"], scope["path"], code, seconds * 1000, where,
+                            extra={"fields": fields})
+            metrics = getattr(getattr(scope.get("app"), "state", None), "metrics", None)
+            if metrics is not None:
+                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                metrics.observe_request(scope["method"], route, code, seconds)
+            REQUEST_ID.reset(token)

@@ -49,7 +49,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"optsched serve exited with {self.proc.returncode}: {self.log()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
