@@ -99,5 +99,6 @@ def test_python_reference_renders_docstrings(site: Path):
     text = _text(site / "reference" / "python" / "index.html")
     for name in ("parse_snapshot", "Session", "Client", "simulate"):
         assert name in text
-    first_line = (optsched.parse_snapshot.__doc__ or "").strip().splitlines()[0]
-    assert first_line and first_line.split()[0] in text, "parse_snapshot's docstring is not on the page"
+    for obj in (optsched.parse_snapshot, optsched.Allocator):
+        first_line = " ".join((obj.__doc__ or "").strip().splitlines()[0].split())
+        assert first_line and first_line in " ".join(text.split()), f"{obj.__name__}'s docstring is not on the page"
