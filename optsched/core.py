@@ -329,6 +329,15 @@ def compute_allocation(
     )
 
 
+def decide_once(inst: Instance, rules: RoundRules, allocator=None, jobs=None):
+    """A one-off decision (the service's stateless /v1/solve): the policy's solve of
+    ``inst`` under ``rules`` and, with an ``allocator``, its placement of ``jobs``
+    (default ``inst``). Returns (allocation, placement or None)."""
+    alloc = RoundCore(rules).solve(inst)
+    placement = None if allocator is None else allocator.next_round(inst if jobs is None else jobs, alloc)
+    return alloc, placement
+
+
 def warm_up(rules: RoundRules, inst: Instance) -> None:
     """Import and run the policy once (a real executor calls it before its clock
     starts, so imports of the solver stack do not count in the first jobs' JCT)."""
@@ -339,4 +348,4 @@ def warm_up(rules: RoundRules, inst: Instance) -> None:
 
 
 __all__ = ["ADMISSION", "ClassSolveCache", "DecisionState", "RoundCore", "RoundDecision", "RoundRules", "admit",
-           "check_admission", "compute_allocation", "fixed_batch_instance", "warm_up"]
+           "check_admission", "compute_allocation", "decide_once", "fixed_batch_instance", "warm_up"]

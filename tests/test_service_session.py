@@ -575,3 +575,35 @@ def test_pair_rates_with_an_active_partner_are_checked_at_submit():
 def test_a_cluster_type_name_that_is_not_unicode_is_refused_at_creation():
     with pytest.raises(OptschedError, match=r"^cluster\.gpus: not valid Unicode text"):
         Session.create({"cluster": {"gpus": {"\ud800": 1}}})
+
+
+# ---------------------------------------------------------------- the scheduling core's options (issue 28)
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("admission", "load", "admits every submitted job"),
+    ("load_factor", 2.0, "admits every submitted job"),
+    ("loss_threshold", 0.1, "the caller ends its jobs"),
+    ("restart_overhead", 30.0, "allocator.migration_cost"),
+    ("migration_cost", 30.0, "allocator.migration_cost"),
+    ("window", [0, 5], "stop asking for rounds"),
+])
+def test_simulation_options_without_meaning_for_a_session_are_refused_by_name(key, value, says):
+    with pytest.raises(OptschedError) as e:
+        Session.create({"cluster": {"gpus": {"v100": 2}}, key: value})
+    msg = str(e.value)
+    assert msg.startswith(f"{key}: not a session option") and says in msg and "\n" not in msg
+
+
+def test_a_sessions_rounds_are_the_cores_recompute_rules_partitions_and_hysteresis():
+    """min_recompute_interval, recompute_every, POP partitions and the allocator's hysteresis
+    reach the core: a session decides as the core does with the same rules."""
+    s = Session.create({"cluster": {"gpus": {"v100": 2, "k80": 2}}, "min_recompute_interval": 1000.0,
+                        "round_length": 100.0, "partitions": 2, "allocator": {"hysteresis": 3.0}})
+    assert s._allocator_loaded().hysteresis == 3.0
+    s.submit([{"id": f"j{i}", "throughput": {"v100": 2.0, "k80": 1.0}} for i in range(4)])
+    rounds = [s.next_round() for _ in range(3)]
+    assert [r["recomputed"] for r in rounds] == [True, False, False]
+    assert s.allocation().explanation["partitions"] == 2  # POP's merged solve
+    s.submit([{"id": "late", "throughput": {"v100": 2.0, "k80": 1.0}}])  # arrived: due, but not before 1000 s
+    assert [s.next_round()["recomputed"] for _ in range(8)] == [False] * 7 + [True]

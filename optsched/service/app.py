@@ -54,7 +54,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from optsched import __version__
 from optsched.model import DuplicateKeyError, Instance, OptschedError, check_unique_keys
-from optsched.pop import check_partitions, solve_maybe_partitioned
+from optsched.pop import check_partitions
 from optsched.service.models import (SESSION_ID_PATTERN, ErrorBody, FinishRequest, Health, JobOut, JobsOut,
                                      JobUpdate, Limits, PoliciesOut, ReportProgress, RoundOut, RoundRequest,
                                      SessionConfig, SessionCreated, SessionOut, SolveRequest, SolveResponse,
@@ -385,22 +385,26 @@ async def _in_thread(fn, *args):
 
 
 def _solve(req: SolveRequest, limits: Limits) -> dict:
+    from optsched.core import RoundRules, decide_once
+
     t0 = time.perf_counter()
-    options = {"packing": True} if req.packing else {}
-    # workers=1: no process pool forked from the server's threads.
+    # One decision by the scheduling core (POP in-process: no process pool forked from the server's threads).
+    rules = RoundRules(req.policy, req.solver, min(req.time_limit, limits.max_time_limit), aggregate=False,
+                       packing=req.packing, partitions=req.partitions)
+    allocator = None
+    if req.placement:
+        from optsched.allocator import Allocator
+
+        allocator = Allocator.from_snapshot(req.snapshot, placement=req.placement_policy)
     try:
-        alloc = solve_maybe_partitioned(Instance.from_snapshot(req.snapshot), req.policy, req.partitions,
-                                        req.solver, min(req.time_limit, limits.max_time_limit), workers=1, **options)
+        alloc, placement = decide_once(Instance.from_snapshot(req.snapshot), rules, allocator, req.snapshot)
     except OptschedError as e:  # a policy names jobs[i] / cluster...: in this body they are under snapshot
         if str(e).startswith(("jobs", "cluster", "colocation")):
             e.args = (f"snapshot.{e}", *e.args[1:])
         raise
     out = alloc.to_dict()
-    if req.placement:
-        from optsched.allocator import Allocator
-
-        allocator = Allocator.from_snapshot(req.snapshot, placement=req.placement_policy)
-        out.update(allocator.next_round(req.snapshot, alloc).to_dict())
+    if placement is not None:
+        out.update(placement.to_dict())
         out["allocator_state"] = allocator.state()
     out["total_seconds"] = time.perf_counter() - t0
     return out

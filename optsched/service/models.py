@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from optsched.checks import MIN_ROUND_LENGTH
-from optsched.model import Cluster, GoodputSpec, NumbersAreNumbers, Snapshot
+from optsched.model import Cluster, FieldError, GoodputSpec, NumbersAreNumbers, Snapshot
 
 ID_PATTERN = r"^[A-Za-z0-9_.:@+\-]{1,128}$"
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
@@ -110,6 +110,26 @@ class AllocatorOptions(_Body):
     migration_cost: float = Field(default=0.0, ge=0, le=86400, allow_inf_nan=False, description=(
         "Seconds a restart or migration costs the job: above 0 the allocator keeps running jobs on their type "
         "and GPUs unless their share requires a move (README: Running rounds)."))
+    hysteresis: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False, description=(
+        "The allocator's hysteresis in rounds, set directly (default: from migration_cost)."))
+
+
+# Simulation options with no meaning for a session (the caller runs the jobs), each refused by
+# name with what to do instead; the options that do mean something are SessionConfig's fields.
+NOT_FOR_SESSIONS = {
+    "admission": "a session admits every submitted job at its next round; submit a job when it should compete",
+    "load_factor": "a session admits every submitted job at its next round; submit a job when it should compete",
+    "loss_threshold": "the caller ends its jobs (report finished=true, or finish the job)",
+    "restart_overhead": "the caller's jobs pay their real restart costs; allocator.migration_cost tells the "
+                        "allocator what a move costs",
+    "window": "the caller decides when to stop asking for rounds",
+    "max_time": "the caller decides when to stop asking for rounds",
+    "spread_rates": "give the throughput the job reaches where it runs (report throughput)",
+    "migration_cost": "it is an allocator option: allocator.migration_cost",
+    "queue": "it is an allocator option: allocator.queue",
+    "type_order": "it is an allocator option: allocator.type_order",
+    "seed": "it is an allocator option: allocator.seed",
+}
 
 
 class SessionConfig(_Body):
@@ -143,6 +163,15 @@ class SessionConfig(_Body):
     allocator: AllocatorOptions = Field(default_factory=AllocatorOptions)
     start_time: float = Field(default=0.0, ge=0, le=1e12, description="Session clock at creation, seconds.")
     max_jobs: int | None = Field(default=None, ge=1, description="Active jobs allowed (default and cap: the server's --max-jobs).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _simulation_only(cls, data):
+        if isinstance(data, dict):
+            for key in data:
+                if key in NOT_FOR_SESSIONS:
+                    raise FieldError(key, f"not a session option: {NOT_FOR_SESSIONS[key]}")
+        return data
 
 
 class JobSpec(_Body):

@@ -3,16 +3,18 @@ Python (the HTTP layer in ``optsched.service.app`` is a thin shell over it).
 
 A session holds a cluster, a policy and options; jobs are submitted, updated
 and finished; the caller reports progress; ``next_round()`` returns which jobs
-run where. It runs the simulator's stages with the caller as the execution
-stage (docs/architecture.md §1):
+run where. The round is decided by the scheduling core (optsched/core.py),
+the simulator's and the runtime's too; the session is the *external*
+executor: the caller runs the jobs (docs/architecture.md §1):
 
     admission     submit() — every submitted job is active at the next round;
-    policy        ``optsched.policy.solve_instance`` when jobs arrived, left or
-                  changed (not sooner than ``min_recompute_interval``), every
-                  ``recompute_every`` rounds, or every round for per-round
-                  policies; otherwise the allocation in force is reused;
-    allocator     ``optsched.allocator.Allocator.next_round`` → placement,
-                  started, preempted, migrated;
+    decide        ``RoundCore.decide``: goodput refit (goodput policies), the
+                  recomputation rules (arrivals, departures, changes; not
+                  sooner than ``min_recompute_interval``; every
+                  ``recompute_every`` rounds, every round for per-round
+                  policies), the policy's solve (job classes, POP partitions,
+                  packing, Optimus's fixed batch), and the allocator's
+                  placement → started, preempted, migrated;
     progress      report(): steps, seconds run (→ ``Allocator.record``),
                   observed throughput, iteration times (goodput refits);
     bookkeeping   steps_done (steps), elapsed_time (seconds since arrival),
@@ -47,13 +49,14 @@ import logging
 import math
 import secrets
 import threading
-import time as _time
 from typing import Any, Iterable
 
 import numpy as np
 
+from optsched.core import DecisionState, RoundCore, RoundRules
+from optsched.core import fixed_batch_instance as fixed_batch_instance  # (its old import path)
 from optsched.model import Allocation, Cluster, Instance, Job, OptschedError, Snapshot
-from optsched.policy import FIXED_BATCH_POLICIES, GOODPUT_POLICIES
+from optsched.policy import GOODPUT_POLICIES
 from optsched.service.models import (FinishRequest, JobSpec, JobUpdate, Limits, ProgressReport, RoundRequest,
                                      SessionConfig, SubmitJobs)
 from optsched.service.store import PARTS, Store, StoreConflict, StoredSession
@@ -95,6 +98,10 @@ class Session:
         self.config = SessionConfig.model_validate(self._s["config"])
         self.cluster: Cluster = self.config.cluster
         self._allocator = None  # built on first use (see _allocator_loaded)
+        cfg = self.config
+        self._core = RoundCore(RoundRules(
+            cfg.policy, cfg.solver, min(cfg.time_limit, limits.max_time_limit), True, cfg.packing, cfg.partitions,
+            cfg.min_recompute_interval, cfg.recompute_every))  # (its allocator: the loaded one, each round)
         self._allocator_synced = False  # its memory is exactly the committed allocator state
         self._allocator_pending = False  # used by the change being made (synced once it commits)
 
@@ -500,22 +507,21 @@ class Session:
                     allocator.record(j, gtype, run)
         s["pending"] = {}
         active = s["jobs"]
-        # Policy stage.
-        recomputed, solve_seconds = False, 0.0
-        if self._recompute_due(t):
-            t0 = _time.perf_counter()
-            self._refit_goodput()
-            alloc = self._solve(t)
-            solve_seconds = _time.perf_counter() - t0
+        # The core: goodput refit, recomputation when due, the allocator's placement.
+        alloc = s["allocation"]
+        ds = DecisionState(None if alloc is None else allocation_from_state(alloc), s["dirty"],
+                           -math.inf if s["last_recompute"] is None else s["last_recompute"], s["rounds_since"])
+        self._core.allocator = allocator
+        _, d = self._core.decide(ds, t, lambda: Instance.from_snapshot(self._snapshot(t)), observe=self._refit_goodput,
+                                 place=bool(active))
+        recomputed, solve_seconds = d.recomputed, d.solve_seconds
+        if recomputed:
             self._touch_part("allocation")
-            s["allocation"] = allocation_to_state(alloc)
-            s["last_recompute"], s["rounds_since"], s["dirty"] = t, 0, False
-            recomputed = True
-        # Allocator stage.
+            s["allocation"] = allocation_to_state(d.allocation)
+            s["last_recompute"], s["dirty"] = t, False
+        s["rounds_since"] = ds.rounds_since
         if active:
-            alloc = allocation_from_state(s["allocation"])
-            inst = Instance.from_snapshot(self._snapshot(t))
-            p = allocator.next_round(inst, alloc)
+            p = d.placement
             self._touch_part("allocator")
             s["allocator"] = allocator.state()
             placement = {j: [{"server": g.server, "gpu_type": g.gpu_type, "gpu": g.gpu} for g in slots]
@@ -549,36 +555,14 @@ class Session:
         self._touch_part("last_round")
         s["last_round"] = result
         s["time"], s["round"] = t, s["round"] + 1
-        s["rounds_since"] += 1
         summary = {k: result[k] for k in ("round", "time", "started", "preempted", "migrated", "recomputed")}
         self._commit("round", {"request": req.model_dump(exclude_none=True), "result": summary})
         return self._s["last_round"]
 
-    def _recompute_due(self, t: float) -> bool:
-        s, cfg = self._s, self.config
-        if s["allocation"] is None:
-            return True
-        every = cfg.recompute_every
-        if every is None and cfg.policy in per_round_policies():
-            every = 1
-        due = s["dirty"] or (every is not None and s["rounds_since"] >= every)
-        return due and t - (s["last_recompute"] if s["last_recompute"] is not None else -math.inf) >= cfg.min_recompute_interval
-
-    def _solve(self, t: float) -> Allocation:
-        from optsched.pop import solve_maybe_partitioned
-
-        cfg = self.config
-        inst = Instance.from_snapshot(self._snapshot(t))
-        if cfg.policy in FIXED_BATCH_POLICIES:
-            inst = fixed_batch_instance(inst)
-        options = {"packing": True} if cfg.packing else {}
-        limit = min(cfg.time_limit, self._limits.max_time_limit)
-        # POP in-process (workers=1): no process pool forked from the server's threads.
-        return solve_maybe_partitioned(inst, cfg.policy, cfg.partitions, cfg.solver, limit, workers=1, **options)
-
     def _refit_goodput(self) -> None:
         """Refit elastic jobs' throughput parameters from new iteration times
-        (goodput policies only; the fit is deterministic given the data)."""
+        (goodput policies only; the fit is deterministic given the data). The
+        session's observe stage: the core calls it before each round's decision."""
         if self.config.policy not in GOODPUT_POLICIES:
             return
         todo = [rec for rec in self._s["jobs"].values() if rec.get("refit") and "goodput" in rec["spec"]]
@@ -715,7 +699,7 @@ class Session:
                 self.cluster, placement=cfg.placement, seed=a.seed, round_length=cfg.round_length,
                 placement_time_limit=cfg.placement_time_limit, gpus_per_server=a.gpus_per_server,
                 type_order=a.type_order, work_conserving=a.work_conserving, queue=a.queue,
-                migration_cost=a.migration_cost)
+                migration_cost=a.migration_cost, **({} if a.hysteresis is None else {"hysteresis": a.hysteresis}))
         if not self._allocator_synced:
             self._allocator.load_state(self._s["allocator"])
         self._allocator_synced, self._allocator_pending = False, True
@@ -774,22 +758,6 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")
-
-
-def fixed_batch_instance(inst: Instance) -> Instance:
-    """The round's Instance with a fixed batch size per elastic job (formulations/optimus.py's
-    ``fixed_batch_size`` and ``remaining_iterations`` extras, as the simulator's stages.optimus_extras
-    sets them): the batch the job was submitted with (its goodput spec's init_batch_size, within
-    max_batch_size), and the iterations left at it: its steps left (steps are iterations at a fixed
-    batch), or 1 for a job without a length (equal remaining work, as the formulation assumes)."""
-    from dataclasses import replace
-
-    el = inst.elastic
-    if el is None or not el.is_elastic.any():
-        return inst
-    batch = np.where(el.is_elastic, np.minimum(el.init_batch_size, el.max_batch_size), np.nan)
-    left = np.where(el.is_elastic, np.nan_to_num(inst.steps_remaining, nan=1.0), np.nan)
-    return replace(inst, extras={**inst.extras, "fixed_batch_size": batch, "remaining_iterations": left})
 
 
 def _submit_request(jobs) -> SubmitJobs:
