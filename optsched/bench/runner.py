@@ -214,19 +214,11 @@ def _peer(name: str, load: Callable[[], object]):
 
 def draw_rigid(source: str, n: int, k: int, congested: bool, family: bool = False) -> Callable[[int], object]:
     """Instances of one source: ``gavel`` / ``philly`` (Gavel's measured rows; Gavel's or
-    Philly's job sizes), ``distinct`` (random rows, no two alike: ``instances.rigid``; for the
-    max-min family congested, the distinct-row instances of optsched/bench/distinct_rows.py)."""
-    if source == "distinct" and congested and family:
-        def draw(seed):
-            from optsched.model import OptschedError
-
-            try:
-                from optsched.bench import distinct_rows
-            except ImportError:
-                raise OptschedError("needs optsched/bench/distinct_rows.py (distinct-row congested instances), "
-                                    "not present") from None
-            return distinct_rows.congested(n, k, seed)
-        return draw
+    Philly's job sizes), ``distinct`` (random rows, no two alike: ``instances.rigid``), and for
+    the max-min family congested the distinct-row instances of optsched/bench/distinct_rows.py:
+    ``distinct`` (its random rows) and ``gavel-noisy`` (Gavel's rows, each job's entries × U(0.9, 1.1))."""
+    if source in ("distinct", "gavel-noisy") and congested and family:
+        return _distinct_rows("random" if source == "distinct" else "gavel", n, k)
     if source == "distinct":
         return lambda seed: instances.rigid(n, k, seed, gpus_per_job=instances.CONGESTED if congested else 0.5)
     rows = lambda: _peer("gavel", instances.gavel_rows)  # noqa: E731
@@ -234,6 +226,19 @@ def draw_rigid(source: str, n: int, k: int, congested: bool, family: bool = Fals
         return lambda seed: instances.from_table(n, seed, congested, "philly", rows(),
                                                  _peer("philly", instances.philly_sizes))
     return lambda seed: instances.from_table(n, seed, congested, "gavel", rows())
+
+
+def _distinct_rows(kind: str, n: int, k: int) -> Callable[[int], object]:
+    def draw(seed):
+        from optsched.model import OptschedError
+
+        try:
+            from optsched.bench import distinct_rows
+        except ImportError:
+            raise OptschedError("needs optsched/bench/distinct_rows.py (distinct-row congested instances), "
+                                "not present") from None
+        return distinct_rows.instance(kind, n, k, seed)
+    return draw
 
 
 def _solve(policy: str, **options) -> Callable[[object], Outcome]:
@@ -529,8 +534,13 @@ CASES_QUICK = [
     allocator_case(1000, 256),
 ]
 
+DISTINCT_ROWS = (1024, 2048, 10_000)  # the sizes of the distinct-row congested max-min instances
+
 CASES_FULL = [
-    *_policies((1000, 2000, 10_000)),
+    *_policies((1000, 2000, 10_000), (("gavel", 3), ("philly", 3)), congested=(False, True)),
+    *_policies((1000, 2000, 10_000), (("distinct", 3), ("distinct", 5)), congested=(False,)),
+    *_policies(DISTINCT_ROWS, (("distinct", 3), ("distinct", 5), ("gavel-noisy", 3), ("gavel-noisy", 5)),
+               congested=(True,)),
     *_policies((1000, 2000), (("gavel", 3), ("distinct", 3)),
                ("max_min_fairness_water_filling", "makespan", "finish_time_fairness")),
     *_policies((10_000,), (("gavel", 3), ("distinct", 3)),
