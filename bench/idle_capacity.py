@@ -40,7 +40,7 @@ def objective(policy: str, inst, X) -> float:
     return float((normalized_throughput(inst) * X).sum(axis=1).min())
 
 
-def measure(policy: str, n: int, seed: int, table, distinct: str | None = None) -> dict:
+def measure(policy: str, n: int, seed: int, table, distinct: str | None = None, reference: bool = False) -> dict:
     if distinct:
         from optsched.bench.instances import CONGESTED, rigid
 
@@ -58,7 +58,17 @@ def measure(policy: str, n: int, seed: int, table, distinct: str | None = None) 
     assert np.array_equal(filled.fractions, X)  # the entry point's second stage is this one
     u0, u1 = utilization(inst, raw.fractions), utilization(inst, X)
     o0, o1 = objective(policy, inst, raw.fractions), objective(policy, inst, X)
-    return {"backend": raw.explanation.get("backend"), "of_capacity_raw": u0["of_capacity"],
+    ref = {}
+    if reference and policy == "makespan":  # Gavel-style bisection with cvxpy + ECOS (optsched/bench/references.py)
+        from optsched.bench import references
+
+        try:
+            _, Xr = references.makespan(inst)
+            ref = {"ref_of_capacity": utilization(inst, Xr)["of_capacity"],
+                   "ours_vs_ref": objective(policy, inst, X) / objective(policy, inst, Xr) - 1}
+        except Exception as e:  # (ECOS fails on some bisection steps: counted, not hidden)
+            ref = {"ref_error": f"{type(e).__name__}"}
+    return {**ref, "backend": raw.explanation.get("backend"), "of_capacity_raw": u0["of_capacity"],
             "of_capacity": u1["of_capacity"], "usable_raw": u0["total"], "usable": u1["total"],
             "objective_change": (o1 - o0) / abs(o0), "fill_cpu": min(cpu), "solve_cpu": raw.solve_seconds}
 
@@ -72,6 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=20)
     ap.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 10000])
     ap.add_argument("--policies", nargs="*", default=["makespan", "max_min_fairness"])
+    ap.add_argument("--reference", action="store_true", help="makespan: also Gavel-style bisection (cvxpy + ECOS)")
     ap.add_argument("--distinct", action="store_true", help="distinct random rows (bench instances), 3 types")
     ap.add_argument("--congested", action="store_true", help="with --distinct: capacity binds")
     args = ap.parse_args(argv)
@@ -84,8 +95,8 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for policy in args.policies:
         for n in args.sizes:
-            rows = [measure(policy, n, seed, table, distinct) for seed in range(args.count)]
-            col = {k: [r[k] for r in rows] for k in rows[0]}
+            rows = [measure(policy, n, seed, table, distinct, args.reference) for seed in range(args.count)]
+            col = {k: [r[k] for r in rows if k in r] for k in {k for r in rows for k in r}}
             backends = ", ".join(sorted(set(col["backend"])))
             print(f"| {policy} | {n:,} | {backends} | "
                   f"{100 * pct(col['of_capacity_raw'], 50):.1f} / {100 * pct(col['of_capacity_raw'], 99):.1f} / "
@@ -95,6 +106,14 @@ def main(argv=None) -> int:
                   f"{100 * min(col['usable']):.2f} % | {max(col['objective_change'], key=abs):+.1e} | "
                   f"{1e3 * pct(col['fill_cpu'], 50):.2f} / {1e3 * pct(col['fill_cpu'], 99):.2f} / "
                   f"{1e3 * max(col['fill_cpu']):.2f} | {1e3 * pct(col['solve_cpu'], 50):.1f} |", flush=True)
+            if "ref_of_capacity" in col or "ref_error" in col:
+                failed = len(col.get("ref_error", []))
+                col.setdefault("ref_of_capacity", [np.nan])
+                col.setdefault("ours_vs_ref", [np.nan])
+                print(f"|   reference (bisection, ECOS; {failed} of {len(rows)} failed) | {n:,} | GPUs used p50/min "
+                      f"{100 * pct(col['ref_of_capacity'], 50):.1f} / {100 * min(col['ref_of_capacity']):.1f} % | "
+                      f"our makespan vs its: p50 {100 * pct(col['ours_vs_ref'], 50):+.3f} %, "
+                      f"max {100 * max(col['ours_vs_ref']):+.3f} % | | | | | | |", flush=True)
     print(f"load average at end {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -172,26 +172,32 @@ def fill_idle(inst: Instance, X: np.ndarray, rate: np.ndarray | None = None, pai
     (per job) and GPUs (per type) that space-shared pairs already take."""
     X = np.array(X, dtype=float)
     s = inst.scale_factor.astype(float)
-    usable = fill_usable(inst)
     rate = inst.throughput if rate is None else np.asarray(rate, dtype=float)
     left = np.maximum(1.0 - X.sum(axis=1) - (0.0 if pair_time is None else pair_time), 0.0)
     spare = np.maximum(inst.capacity - s @ X - (0.0 if pair_gpus is None else pair_gpus), 0.0)
-    open_ = spare > FILL_GPUS * np.maximum(inst.capacity, 1.0)
-    left[left <= FILL_TIME] = 0.0
+    full = FILL_GPUS * np.maximum(inst.capacity, 1.0)
+    open_ = spare > full
+    jobs = np.flatnonzero(left > FILL_TIME)  # the rows still in play, shrinking pass by pass
+    usable = fill_usable(inst, jobs)
     for _ in range(inst.k + 1):
-        ask = usable & open_[None, :] & (left > 0)[:, None]
-        jobs = np.flatnonzero(ask.any(axis=1))
+        ask = usable & open_[None, :]
+        keep = ask.any(axis=1)
+        if not keep.all():
+            jobs, usable, ask = jobs[keep], usable[keep], ask[keep]
         if len(jobs) == 0:
             break
-        to = _fill_choice(rate[jobs], ask[jobs], spare)
-        demand = np.bincount(to, weights=s[jobs] * left[jobs], minlength=inst.k)
+        to = _fill_choice(rate if len(jobs) == len(rate) else rate[jobs], ask, spare)
+        want = s[jobs] * left[jobs]
+        demand = np.bincount(to, weights=want, minlength=inst.k)
         split = demand > spare
         frac = np.where(split, FILL_SAFETY * spare / np.where(split, demand, 1.0), 1.0)
         grant = left[jobs] * frac[to]
         X[jobs, to] += grant
-        left[jobs] = np.where(split[to], left[jobs] - grant, 0.0)
+        left[jobs] -= grant
         spare = np.where(split, 0.0, np.maximum(spare - demand, 0.0))
-        open_ &= ~split & (spare > FILL_GPUS * np.maximum(inst.capacity, 1.0))
+        open_ &= ~split & (spare > full)
+        still = split[to]  # a job granted all it asked for has no time left
+        jobs, usable = jobs[still], usable[still]
     return X
 
 
@@ -202,11 +208,13 @@ def _fill_choice(rate: np.ndarray, ask: np.ndarray, spare: np.ndarray) -> np.nda
     return np.where(top, spare[None, :], -np.inf).argmax(axis=1)
 
 
-def fill_usable(inst: Instance) -> np.ndarray:
-    """(n, k) where a job could use more of a type: it runs there and has work left
-    (a job known to have no steps left gets no idle GPUs)."""
-    done = np.nan_to_num(inst.steps_remaining, nan=1.0) <= 0
-    return inst.available & ~done[:, None]
+def fill_usable(inst: Instance, jobs: np.ndarray | None = None) -> np.ndarray:
+    """(n, k) where a job could use more of a type (rows ``jobs`` only, when given): it
+    runs there and has work left (a job known to have no steps left gets no idle GPUs)."""
+    rows = slice(None) if jobs is None else jobs
+    with np.errstate(invalid="ignore"):
+        done = inst.steps_remaining[rows] <= 0  # (NaN, unknown: not done)
+    return (inst.throughput[rows] > 0) & ~done[:, None]
 
 
 def utilization(inst: Instance, X: np.ndarray, pair_time: np.ndarray | None = None,

@@ -45,7 +45,7 @@ def solve(
     strict: bool = typer.Option(False, "--strict", help="Exit with code 3 when the solver fell back (status neither optimal nor ok: a time limit, a fallback)."),
     policy_option: Optional[list[str]] = typer.Option(None, "--policy-option", help="KEY=VALUE for the policy's formulation (repeatable); unknown keys and bad values are refused by name."),
     rows: int = typer.Option(50, "--rows", help="Jobs shown in the table (bottleneck jobs first; 0: all). --json always has every job."),
-    fill_idle: bool = typer.Option(True, "--fill-idle/--no-fill-idle", help="Fractional policies: give GPUs the optimum leaves idle to jobs with time left, at the same objective (default); --no-fill-idle: the solver's raw optimum."),
+    no_fill_idle: bool = typer.Option(False, "--no-fill-idle", help="The solver's raw optimum: fractional policies otherwise give GPUs it leaves idle to jobs with time left, at the same objective."),
 ):
     """Solve a policy on a cluster snapshot: allocation, explanation (and placement)."""
     from optsched.model import parse_snapshot
@@ -77,7 +77,7 @@ def solve(
                 f"--placement-policy: unknown policy {placement_policy!r} (choose from {', '.join(placement_policies())})"
             )
     options = {"packing": True} if packing else {}
-    if not fill_idle:
+    if no_fill_idle:
         options["fill_idle"] = False
     if policy_option:
         from optsched.policy import _module
