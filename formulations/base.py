@@ -561,7 +561,8 @@ def solve_packed(lp: BlockLP, pk: Packing, backend: str, time_limit: float) -> B
     rounds, added_total, gap, masters = 0, 0, float("nan"), []
     # Round 0: the program without pairs (block IPM, fast) prices every pair; each
     # job's most attractive ones join the candidates.
-    solo = block_lp.solve(dataclasses.replace(lp, pairs=None), backend="auto", time_limit=time_limit / 4)
+    # (the whole time limit: a share of it could stop this solve alone, and the run end "optimal" on another path)
+    solo = block_lp.solve(dataclasses.replace(lp, pairs=None), backend="auto", time_limit=time_limit)
     priced_start(lp, solo, active, scale)
     while True:
         rounds += 1

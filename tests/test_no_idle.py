@@ -10,10 +10,13 @@ makespan on an uncongested cluster does leave usable GPUs idle."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import optsched
 from conftest import random_instance
 from optsched.formulations.base import fill_idle, isolated_throughput, type_blind, utilization
 from optsched.formulations.finish_time_fairness import rho_coefficients
@@ -201,3 +204,22 @@ def test_fill_idle_on_arbitrary_partial_allocations(seed):
     shuffled = dataclasses.replace(inst, job_ids=tuple(np.array(inst.job_ids)[perm]), throughput=inst.throughput[perm],
                                    scale_factor=inst.scale_factor[perm], steps_remaining=inst.steps_remaining[perm])
     np.testing.assert_allclose(fill_idle(shuffled, X[perm]), F[perm], rtol=1e-9, atol=1e-12)
+
+
+def test_fill_idle_is_a_flag_and_the_cli_reports_utilization():
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+    from optsched.model import OptschedError
+
+    snap = (Path(__file__).resolve().parents[1] / "examples" / "snapshot.json").read_text()
+    with pytest.raises(OptschedError, match=r"^fill_idle: "):
+        optsched.solve(snap, "makespan", fill_idle="no")
+    runner = CliRunner()
+    raw = json.loads(runner.invoke(app, ["solve", "--policy", "makespan", "--no-fill-idle", "--json"]).output)
+    filled = json.loads(runner.invoke(app, ["solve", "--policy", "makespan", "--json"]).output)
+    assert raw["objective"] == filled["objective"]
+    assert raw["explanation"]["utilization"]["total"] < 1.0 == filled["explanation"]["utilization"]["total"]
+    assert set(filled["explanation"]["utilization"]["by_type"]) == {"v100", "p100", "k80"}
+    out = runner.invoke(app, ["solve", "--policy", "makespan"]).output
+    assert "utilization of usable GPUs: 100.0 %" in out
