@@ -223,3 +223,17 @@ def test_fill_idle_is_a_flag_and_the_cli_reports_utilization():
     assert set(filled["explanation"]["utilization"]["by_type"]) == {"v100", "p100", "k80"}
     out = runner.invoke(app, ["solve", "--policy", "makespan"]).output
     assert "utilization of usable GPUs: 100.0 %" in out
+
+
+def test_packing_by_model_class_program_is_filled():
+    """The colocation-by-model path (packed_classes: a class program turned back into job pairs)."""
+    from optsched.model import parse_snapshot
+    from test_colocation_by_model import by_model
+
+    for seed in range(3):
+        snap = by_model(seed, 30, 4)
+        snap["cluster"] = {"gpus": {t: 5 * w for t, w in snap["cluster"]["gpus"].items()}}  # room to spare
+        inst = Instance.from_snapshot(parse_snapshot(json.dumps(snap)))
+        raw, filled = solve_twice("max_min_fairness", inst, packing=True)
+        assert filled.explanation["colocation"].startswith("every pair of jobs")
+        assert seed == 2 or violations(inst, raw)  # (the raw class vertex leaves GPUs idle)
