@@ -16,6 +16,25 @@ def _split(value: Optional[str]) -> Optional[list[str]]:
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _flag_numbers(value: Optional[str], flag: str, whole: bool) -> Optional[list]:
+    """``--loads 0.5,1`` / ``--seeds 0,1`` as numbers, one line naming the flag for a value that is not one."""
+    from optsched.model import OptschedError
+
+    items = _split(value)
+    if items is None:
+        return None
+    out = []
+    for v in items:
+        try:
+            x = float(v)
+        except ValueError:
+            raise OptschedError(f"{flag}: {v!r} is not a {'whole ' if whole else ''}number") from None
+        if whole and not (x.is_integer() and v.strip().lstrip("+-").isdigit()):
+            raise OptschedError(f"{flag}: {v!r} is not a whole number")
+        out.append(int(v) if whole else x)
+    return out
+
+
 def _parse_options(items: list[str]) -> dict:
     """``--set round_length=60 --set admission=load``: values parsed as JSON when they can be."""
     from optsched.model import DuplicateKeyError, OptschedError, loads_unique
@@ -73,7 +92,8 @@ def sweep(
             d[key] = table_of(d, key, str(file))
     if trace is not None:
         d["trace"] = trace
-    for key, value in (("policies", _split(policies)), ("loads", _split(loads)), ("seeds", _split(seeds)),
+    for key, value in (("policies", _split(policies)), ("loads", _flag_numbers(loads, "--loads", False)),
+                       ("seeds", _flag_numbers(seeds, "--seeds", True)),
                        ("executor", executor), ("workers", workers), ("address", address), ("prices", prices)):
         if value is not None:
             d[key] = value
@@ -97,8 +117,8 @@ def sweep(
     from optsched.cli.limits import check_sweep
     from optsched.sweep.spec import validate
 
+    spec = spec_from_dict(d)  # types first (a file's "2" or true is named as such), then the ranges
     check_sweep(d)
-    spec = spec_from_dict(d)
     validate(spec)  # every run's configuration and the rounds bound, once, before the progress bar
     from optsched.cli.common import output_folder
 

@@ -104,6 +104,46 @@ def run_id(cfg: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# The types of [trace_options] values: whole numbers (with their least value), positive numbers,
+# flags and text. A sweep file's value of another type is refused naming its key ("5" for 5 was
+# converted silently, sample = -3 was a ValueError traceback).
+TRACE_OPTION_WHOLE = {"jobs": 1, "skip": 0, "sample": 1}
+TRACE_OPTION_POSITIVE = ("length_scale", "burst_factor", "burst_hours", "burst_every_hours")
+TRACE_OPTION_FLAGS = ("multi_gpu", "burst_short")
+TRACE_OPTION_TEXT = ("format", "philly_cluster", "throughputs")
+
+
+def check_trace_options(options: dict) -> dict:
+    """``options`` with each known value checked for its type and range (unknown keys are
+    left to ``validate``, which names the choices); one line naming ``trace_options.KEY``."""
+    from optsched.checks import check_flag, check_number
+
+    out = dict(options)
+    for key, value in options.items():
+        name = f"trace_options.{key}"
+        if key in TRACE_OPTION_WHOLE:
+            out[key] = check_number(name, value, TRACE_OPTION_WHOLE[key], whole=True)
+        elif key in TRACE_OPTION_POSITIVE:
+            out[key] = check_number(name, value, 0.0, lo_open=True)
+        elif key in TRACE_OPTION_FLAGS:
+            out[key] = check_flag(name, value)
+        elif key in TRACE_OPTION_TEXT and not isinstance(value, str):
+            raise OptschedError(f"{name}: must be text (a string), got {value!r}")
+    return out
+
+
+def _numbers(value, name: str, whole: bool) -> list:
+    """A sweep's list of loads or seeds as given in a file or by Python: numbers only (a
+    string, a bool or 1.5 for a seed is refused, naming ``name[i]``); one number is a list of one."""
+    from optsched.checks import check_number
+
+    if value is None:
+        return []
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    return [check_number(f"{name}[{i}]" if isinstance(value, (list, tuple)) else name, v, whole=whole)
+            for i, v in enumerate(items)]
+
+
 def _as_list(value, name: str, cast) -> list:
     if value is None:
         return []
@@ -138,11 +178,11 @@ def spec_from_dict(d: dict, where: str = "sweep") -> SweepSpec:
     spec = SweepSpec(
         trace=str(d["trace"]),
         policies=_as_list(d.get("policies"), "policies", str),
-        loads=_as_list(d.get("loads"), "loads", float) or [1.0],
-        seeds=_as_list(d.get("seeds"), "seeds", int) or [0],
+        loads=_numbers(d.get("loads"), "loads", whole=False) or [1.0],
+        seeds=_numbers(d.get("seeds"), "seeds", whole=True) or [0],
         clusters=clusters or [None],
         prices=_prices(d.get("prices")),
-        trace_options=table_of(d, "trace_options", where),
+        trace_options=check_trace_options(table_of(d, "trace_options", where)),
         options=table_of(d, "options", where),
         auto=table_of(d, "auto", where),
         executor=str(d.get("executor", "local")),
@@ -221,7 +261,13 @@ def read_spec_file(path: str | os.PathLike) -> dict:
     p = Path(path)
     if not p.exists():
         raise OptschedError(f"sweep file {p}: no such file")
-    text = p.read_text()
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")  # (a byte-order mark, as some editors write, is not part of the text)
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise OptschedError(f"sweep file {p}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); "
+                            "save it as UTF-8") from None
     try:
         if p.suffix == ".toml":
             import tomllib
