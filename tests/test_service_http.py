@@ -493,3 +493,19 @@ def test_a_client_that_leaves_before_a_response_is_logged_499_not_500(caplog):
             asyncio.run(_AccessLog(failing)(scope, receive, send))
     codes = [r.getMessage().split()[2] for r in caplog.records if r.name == "optsched.service.access"]
     assert codes == ["499", "500"]
+
+
+def test_session_ids_dot_and_dotdot_are_refused_and_other_dotted_ids_work_through_the_client(server):
+    """'.' and '..' were created (201) but unusable: a URL's dot segments are resolved away by the client."""
+    c = Client(server.url)
+    for sid in (".", ".."):
+        with pytest.raises(ServiceError) as e:
+            c.session({"gpus": {"v100": 1}}, session_id=sid)
+        assert e.value.status == 422 and e.value.field == "session_id", e.value
+    assert not {".", ".."} & set(c.sessions())
+    for sid in ("...", ".a", "..b", "c.."):
+        s = c.session({"gpus": {"v100": 1}}, session_id=sid)
+        s.submit([{"id": "j", "throughput": {"v100": 1.0}}])
+        assert s.next_round()["placement"]["j"][0]["gpu_type"] == "v100"
+        assert c.open_session(sid).state()["session_id"] == sid
+        s.delete()

@@ -18,7 +18,9 @@ from optsched.checks import MIN_ROUND_LENGTH
 from optsched.model import Cluster, FieldError, GoodputSpec, NumbersAreNumbers, Snapshot
 
 ID_PATTERN = r"^[A-Za-z0-9_.:@+\-]{1,128}$"
-SESSION_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
+# Not "." or "..": a URL's dot segments, which clients (httpx, curl, browsers) resolve away, so such a
+# session could be created but never reached. (Three alternatives: pydantic's regex has no lookahead.)
+SESSION_ID_PATTERN = r"^(?:[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,63}|\.[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,62}|\.\.[A-Za-z0-9_.\-]{1,62})$"
 SOLVER_NAMES = ("auto", "ipm", "clarabel", "highs", "highs-simplex", "scs")
 PLACEMENTS = ("consolidated", "first_fit", "cpsat")
 QUEUES = ("phased", "per_type", "global", "gavel")
