@@ -2,9 +2,11 @@
 
     admission → next round → launch / preempt / migrate → report progress → …
 
-The "cluster" here is a toy executor (jobs advance at their throughput);
-replace ``launch``/``stop`` with your runtime's calls. Runs against a server
-given by --url, or starts one on a free loopback port:
+The "cluster" here is a toy runtime (jobs advance at their throughput);
+replace ``ToyRuntime.launch``/``stop`` with your runtime's calls. A migrated
+job is stopped (checkpointed) before it is launched on its new GPUs, so two
+copies never run. Runs against a server given by --url, or starts one on a
+free loopback port:
 
     python examples/scheduler_loop.py
     optsched serve --port 8470 &  python examples/scheduler_loop.py --url http://127.0.0.1:8470
@@ -30,15 +32,28 @@ QUEUE = [  # (arrival round, job): what a user would submit
 ROUND = 360.0
 
 
-def launch(job: str, gpus: list[dict]) -> None:  # your runtime: start the job on these GPUs (resume from checkpoint)
-    print(f"    launch  {job:7} on " + " ".join(f"{g['server']}:{g['gpu']}" for g in gpus))
+class ToyRuntime:
+    """Where jobs run: replace with your runtime (Kubernetes, Slurm, Ray, processes)."""
+
+    def __init__(self):
+        self.running: dict[str, list[dict]] = {}  # job -> the GPUs its one copy runs on
+
+    def launch(self, job: str, gpus: list[dict]) -> None:  # start the job on these GPUs (resume from checkpoint)
+        if job in self.running:
+            raise RuntimeError(f"{job} is already running: a second copy would start")
+        self.running[job] = gpus
+        print(f"    launch  {job:7} on " + " ".join(f"{g['server']}:{g['gpu']}" for g in gpus))
+
+    def stop(self, job: str, why: str = "preempt") -> None:  # checkpoint and stop
+        self.running.pop(job)
+        print(f"    {why:7} {job}")
+
+    def finished(self, job: str) -> None:  # the job exited by itself
+        self.running.pop(job, None)
 
 
-def stop(job: str) -> None:  # your runtime: checkpoint and stop
-    print(f"    preempt {job}")
-
-
-def loop(url: str, token: str | None = None) -> None:
+def loop(url: str, token: str | None = None, runtime: ToyRuntime | None = None) -> None:
+    runtime = runtime or ToyRuntime()
     with Client(url, token=token) as client:
         session = client.session(CLUSTER, policy="max_min_fairness", round_length=ROUND)
         specs = {j["id"]: j for _, j in QUEUE}
@@ -54,9 +69,11 @@ def loop(url: str, token: str | None = None) -> None:
             used = sum(len(g) for g in placement.values())
             print(f"round {rnd['round']} t={rnd['time']:.0f}s  {used}/8 GPUs  recomputed={rnd['recomputed']}")
             for job in rnd["preempted"]:
-                stop(job)
+                runtime.stop(job)
+            for job in rnd["migrated"]:  # stop it where it runs, then start it on its new GPUs
+                runtime.stop(job, "migrate")
             for job in rnd["started"] + rnd["migrated"]:
-                launch(job, placement[job])
+                runtime.launch(job, placement[job])
             # The round runs; each job reports what it did (a job that finishes early says how long it ran).
             reports = []
             for job, gpus in placement.items():
@@ -66,6 +83,7 @@ def loop(url: str, token: str | None = None) -> None:
                 reports.append({"job_id": job, "steps": rate * secs, **({"seconds": secs} if secs < ROUND else {})})
             for j in session.report(reports):
                 if j["status"] == "finished":
+                    runtime.finished(j["id"])
                     print(f"    done    {j['id']:7} at t={j['finish_time']:.0f}s, "
                           f"{j['attained_service'] / 3600:.2f} GPU-hours")
             r += 1
