@@ -91,10 +91,15 @@ class _Data:
 # ---------------------------------------------------------------------------
 
 
-def uncongested(lp):
+def program_data(lp) -> "_Data | None":
+    """The program's jobs that need capacity, for the shortcuts below (``data=``: computed once)."""
+    return _Data.of(lp)
+
+
+def uncongested(lp, data: "_Data | None" = None):
     """The optimum when capacity does not bind at z_cap, else None."""
     t0 = time.perf_counter()
-    d = _Data.of(lp)
+    d = _Data.of(lp) if data is None else data
     if d is None:
         return None
     best = d.A.max(axis=1)  # the most share a job can get: all of its time on its best type
@@ -106,6 +111,10 @@ def uncongested(lp):
     if not np.isfinite(z) or z < 0:
         return None
     demand = d.g * z + d.l
+    with np.errstate(divide="ignore"):
+        least = (d.S * demand * np.where(d.A > 0, 1.0 / np.where(d.A > 0, d.A, 1.0), np.inf).min(axis=1)).sum()
+    if least > d.W.sum() * (1 + 1e-9):
+        return None  # the least GPU time the demands need passes every GPU: capacity binds (no greedy needed)
     X = _fit(d, demand)
     if X is None:
         return None
@@ -322,11 +331,12 @@ class _Master:
     mu: np.ndarray  # (e,)
 
 
-def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float, flood: float = FLOOD):
+def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float, flood: float = FLOOD,
+              data: "_Data | None" = None):
     """An optimal vertex from nearly optimal capacity prices and level, or None
     (also when more than ``flood`` of the jobs would need rows of their own)."""
     t0 = time.perf_counter()
-    d = _Data.of(lp)
+    d = _Data.of(lp) if data is None else data
     if d is None:
         return None
     n, k = d.A.shape
@@ -461,12 +471,12 @@ LEVEL_SLACKS = (1e-6, 1e-4, 1e-3)  # crossover candidates: types within this rel
 LEVEL_FLOOD = 0.02  # prices this far off are not worth a master of more rows: the IPM goes on
 
 
-def level_search(lp, deadline: float):
+def level_search(lp, deadline: float, data: "_Data | None" = None):
     """An optimal vertex with its certificate, from prices found by cutting
     planes over the k capacity prices and a Newton search on the level; None
     when the search or the crossover does not settle (the caller goes on)."""
     t0 = time.perf_counter()
-    d = _Data.of(lp)
+    d = _Data.of(lp) if data is None else data
     if d is None:
         return None
     A = np.where(d.W[None, :] > 0, d.A, 0.0)  # (an empty type serves nobody)
@@ -480,7 +490,7 @@ def level_search(lp, deadline: float):
         return None
     z, price = found
     for slack in LEVEL_SLACKS:
-        sol = crossover(lp, price, z, slack, deadline, LEVEL_FLOOD)
+        sol = crossover(lp, price, z, slack, deadline, LEVEL_FLOOD, d)
         if sol is not None:
             return dataclasses.replace(sol, seconds=time.perf_counter() - t0, backend="prices+crossover")
     return None
@@ -496,7 +506,7 @@ def _level(A: np.ndarray, d: _Data, zcap: float):
         out = _least_load(A, d.S, d.W, d.g, d.g * z + d.l, q)
         if out is None:
             return None
-        u, q, slope = out
+        u, q, slope, reach = out
         if abs(u - 1.0) <= LEVEL_TOL:
             break
         if u > 1.0:
@@ -506,14 +516,17 @@ def _level(A: np.ndarray, d: _Data, zcap: float):
             if z >= zcap:
                 break  # every job at its largest share fits: the level cannot rise further
         step = z + (1.0 - u) / slope if slope > 0 else float("nan")
-        if homogeneous and z < step <= hi:
-            return step, q / np.maximum(d.W, 1e-300)  # (the crossover checks it; if not, the caller gives up)
+        if homogeneous and z < step <= hi and reach * step / z <= 1.0:
+            # u is linear up to the step (the best assignment's jobs stay within their time):
+            # the step is the level (the crossover checks it; if not, the caller gives up).
+            return step, q / np.maximum(d.W, 1e-300)
         z = step if lo < step < hi else 0.5 * (lo + hi)
     return z, q / np.maximum(d.W, 1e-300)
 
 
 def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, demand: np.ndarray, q0):
-    """(u, q, du/dz) with u = min_X max_j load_j / W_j over X meeting ``demand``
+    """(u, q, du/dz, the longest time a job of the best assignment uses) with
+    u = min_X max_j load_j / W_j over X meeting ``demand``
     (time rows ≤ 1), found to LEVEL_TOL by multi-cut Kelley over the scaled
     prices q (q_j = π_j W_j, Σ q = 1); None when a job cannot meet its demand
     or the rounds run out."""
@@ -527,20 +540,18 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
     Sn, dn = S[need], demand[need]
     W1 = np.maximum(W, 1e-300)
     groups = min(max(LEVEL_GROUPS, len(a) // LEVEL_JOBS_PER_GROUP), LEVEL_MAX_GROUPS, len(a))
-    group = np.arange(len(a)) % groups
+    pricing = _Pricing(a, Sn, W1, groups)
     q = np.full(k, 1.0 / k) if q0 is None else np.maximum(q0, 0.0) / max(float(np.maximum(q0, 0.0).sum()), 1e-300)
     master = _CutMaster(k, groups)
-    best_lb, best_q = -np.inf, q
+    best_lb, best_q, best = -np.inf, q, None
     queries, unit = [q], None
     for _ in range(LEVEL_ROUNDS):
         cuts = []
         for q in queries:
-            X, cost = _cheapest_fast(a, Sn, q / W1)
-            lb = float(cost.sum())
+            lb, cut, chosen = pricing.at(q)
             if lb > best_lb:
-                best_lb, best_q, best_X = lb, q, X
-            load = Sn[:, None] * X / W1[None, :]
-            cuts.append(np.stack([np.bincount(group, weights=load[:, j], minlength=groups) for j in range(k)], axis=1))
+                best_lb, best_q, best = lb, q, chosen
+            cuts.append(cut)
         if unit is None:  # the master's values near `groups` (HiGHS's tolerances are absolute)
             unit = groups / max(best_lb, 1e-300)
         master.add(np.concatenate(cuts) * unit)
@@ -551,33 +562,65 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
         ub /= unit
         if ub - best_lb <= LEVEL_TOL * abs(ub):
             break  # (else the best prices so far: the crossover's slacks may still settle them)
-        # In-out: the master's point and the midpoint towards the best prices so far
-        # (a cut there does not swing as far; 1.5-2× fewer rounds, and a round's
-        # HiGHS solve costs more than the two evaluations).
-        queries = [q, 0.5 * (q + best_q)]
+        # In-out: the master's point and two points towards the best prices so far
+        # (cuts there do not swing as far; 1.5-2× fewer rounds, and a round's
+        # HiGHS solve costs more than the three evaluations).
+        queries = [q] + [w * q + (1 - w) * best_q for w in _INOUT]
     # du/dz at the best prices: Σ_m g_m × each job's marginal cost of demand (per unit of u).
-    p = best_q / W1
-    marginal = _marginal(a, Sn, p, best_X) / dn  # per unit of demand (c is per unit of a-share)
-    return best_lb, best_q, float((g[need] * marginal).sum())
+    marginal = pricing.marginal(best_q, *best) / dn  # per unit of demand (c is per unit of a-share)
+    j1, slow, _ = best
+    reach = np.inf if len(slow) else float(pricing.inv[np.arange(len(j1)), j1].max())  # the longest time used
+    return best_lb, best_q, float((g[need] * marginal).sum()), reach
 
 
-def _cheapest_fast(a: np.ndarray, S: np.ndarray, price: np.ndarray):
-    """``cheapest``, with the common case vectorized alone: the type of the best
-    price per unit of share serves the job within its time (a ≥ 1)."""
-    n, k = a.shape
-    rows = np.arange(n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(a > 0, price[None, :] / a, np.inf)
-    j1 = np.argmin(ratio, axis=1)
-    a1 = a[rows, j1]
-    X = np.zeros((n, k))
-    X[rows, j1] = 1.0 / a1
-    cost = S * ratio[rows, j1]
-    slow = a1 < 1.0
-    if slow.any():
-        Xs, cs = cheapest(a[slow], S[slow], price)
-        X[slow], cost[slow] = Xs, cs
-    return X, cost
+_INOUT = (0.5,)
+KEEP_CUTS = 6  # rows per group the cut model keeps (the others: only cuts that bind)
+
+
+class _Pricing:
+    """Each job's cheapest way to meet its demand alone at scaled prices q
+    (``cheapest``), summed into one cut per group. The common case, the type of
+    the best price per unit of share serving the job within its time (a ≥ 1),
+    is a few vectorized passes; only the other jobs go through ``cheapest``."""
+
+    def __init__(self, a: np.ndarray, S: np.ndarray, W: np.ndarray, groups: int):
+        n, k = a.shape
+        self.a, self.S, self.W, self.groups, self.k = a, S, W, groups, k
+        with np.errstate(divide="ignore"):
+            self.inv = np.where(a > 0, 1.0 / a, 0.0)  # time per unit of demand on each type
+        self.banned = np.where(a > 0, 0.0, np.inf)
+        self.flat = np.arange(n) * k
+        self.slot = (np.arange(n) % groups) * k  # a job's group's first cell in the (groups, k) cut
+
+    def at(self, q: np.ndarray):
+        """(Σ_m c_m, cut (groups, k) of the loads / W, (first types, slow rows, their X))."""
+        p = q / self.W
+        ratio = self.inv * p[None, :] + self.banned
+        j1 = np.argmin(ratio, axis=1)
+        cell = self.flat + j1
+        cost = self.S * ratio.ravel()[cell]
+        time1 = self.inv.ravel()[cell]
+        slow = np.flatnonzero(time1 > 1.0)
+        load = self.S * time1 / self.W[j1]
+        Xs = None
+        if len(slow):
+            Xs, cost[slow] = cheapest(self.a[slow], self.S[slow], p)
+            load[slow] = 0.0
+        cut = np.bincount(self.slot + j1, weights=load, minlength=self.groups * self.k)
+        if len(slow):
+            extra = self.S[slow, None] * Xs / self.W[None, :]
+            cut += np.bincount((self.slot[slow, None] + np.arange(self.k)[None, :]).ravel(), weights=extra.ravel(),
+                               minlength=self.groups * self.k)
+        return float(cost.sum()), cut.reshape(self.groups, self.k), (j1, slow, Xs)
+
+    def marginal(self, q: np.ndarray, j1: np.ndarray, slow: np.ndarray, Xs) -> np.ndarray:
+        """Each job's cost of one more unit of a-share at its assignment: S p_j / a_j
+        on one type (its cost: demand is one unit), ``_marginal`` for the others."""
+        p = q / self.W
+        out = self.S * p[j1] * self.inv[np.arange(len(j1)), j1]
+        if len(slow):
+            out[slow] = _marginal(self.a[slow], self.S[slow], p, Xs)
+        return out
 
 
 def _marginal(a: np.ndarray, S: np.ndarray, price: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -610,11 +653,11 @@ class _CutMaster:
         h.setOptionValue("threads", 1)
         h.setOptionValue("primal_feasibility_tolerance", 1e-10)
         h.setOptionValue("dual_feasibility_tolerance", 1e-10)
+        h.setOptionValue("presolve", "off")  # (each round starts from the last basis; presolve would start afresh)
         inf = highspy.kHighsInf
-        h.changeObjectiveSense(highspy.ObjSense.kMaximize)
         h.addVars(k, np.zeros(k), np.full(k, inf))
         h.addVars(groups, np.full(groups, -inf), np.full(groups, inf))
-        h.changeColsCost(groups, np.arange(k, k + groups, dtype=np.int32), np.ones(groups))
+        h.changeColsCost(groups, np.arange(k, k + groups, dtype=np.int32), -np.ones(groups))  # (min −Σ t)
         h.addRow(1.0, 1.0, k, np.arange(k, dtype=np.int32), np.ones(k))
         self.index = np.concatenate([np.r_[np.arange(k), k + g] for g in range(groups)]).astype(np.int32)
 
@@ -629,11 +672,21 @@ class _CutMaster:
                        np.arange(R, dtype=np.int32) * (k + 1), index, values)
 
     def solve(self):
-        """(upper bound, next q) or None."""
+        """(upper bound, next q) or None. Cuts with slack and no price leave the
+        model once it holds more than KEEP_CUTS rows per group: a round's simplex
+        work grows with the rows (0.3 ms at 17 rows, 1.1 ms at 400)."""
         import highspy
 
         self.h.run()
         if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             return None
-        x = np.asarray(self.h.getSolution().col_value)
-        return float(self.h.getInfo().objective_function_value), np.maximum(x[: self.k], 0.0)
+        sol = self.h.getSolution()
+        x = np.asarray(sol.col_value)
+        out = -float(self.h.getInfo().objective_function_value), np.maximum(x[: self.k], 0.0)
+        rows = self.h.getNumRow()
+        if rows > KEEP_CUTS * self.groups:
+            slack = np.asarray(sol.row_value)[1:] < -1e-9 * max(abs(out[0]), 1.0)
+            idle = np.flatnonzero(slack & (np.asarray(sol.row_dual)[1:] == 0)) + 1  # (row 0: Σ q = 1)
+            if len(idle):
+                self.h.deleteRows(len(idle), idle.astype(np.int32))
+        return out

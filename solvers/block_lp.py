@@ -203,14 +203,15 @@ def _solve(lp: BlockLP, backend: str, time_limit: float, t0: float, interior: bo
 
         deadline = t0 + time_limit
         shortcut = block_exact.applicable(lp)
+        data = block_exact.program_data(lp) if shortcut else None
         with np.errstate(all="ignore"):
-            sol = block_exact.uncongested(lp) if shortcut else None
+            sol = block_exact.uncongested(lp, data) if shortcut else None
             for slack in (warm[2] if warm is not None and len(warm) > 2 else (WARM_SLACK,)):
                 if sol is not None or not shortcut or warm is None:
                     break
                 sol = block_exact.crossover(lp, warm[0], warm[1], slack, deadline)  # failing rungs stop early
             if sol is None and shortcut and not interior:
-                sol = block_exact.level_search(lp, deadline)
+                sol = block_exact.level_search(lp, deadline, data)
             if sol is None and shortcut and warm is None and not interior and lp.n * lp.k >= SAMPLE_ENTRIES:
                 sol = _sampled_crossover(lp, deadline)
         if sol is not None:

@@ -230,7 +230,7 @@ def test_sampled_crossover_reaches_the_whole_programs_optimum(seed, monkeypatch)
     from optsched.formulations import max_min_fairness
 
     monkeypatch.setattr(block_lp, "SAMPLE_ENTRIES", 5000)
-    monkeypatch.setattr(block_exact, "level_search", lambda lp, deadline: None)  # (it comes first)
+    monkeypatch.setattr(block_exact, "level_search", lambda *args: None)  # (it comes first)
     lp = max_min_fairness.build(rigid(3000, 3 + seed % 3, seed, gpus_per_job=CONGESTED)).lp
     sol = block_lp.solve(lp)
     ref = reference(lp)
@@ -245,7 +245,7 @@ def test_sampled_crossover_is_used(monkeypatch):
     from optsched.formulations import max_min_fairness
 
     monkeypatch.setattr(block_lp, "SAMPLE_ENTRIES", 5000)
-    monkeypatch.setattr(block_exact, "level_search", lambda lp, deadline: None)  # (it comes first)
+    monkeypatch.setattr(block_exact, "level_search", lambda *args: None)  # (it comes first)
     used = [block_lp.solve(max_min_fairness.build(rigid(4000, 3, s, gpus_per_job=CONGESTED)).lp).backend
             for s in range(3)]
     assert "sample+crossover" in used
