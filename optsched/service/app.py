@@ -148,7 +148,7 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
     app = FastAPI(
         title="optsched", version=__version__,
         description="Optimization-based GPU cluster scheduling as a service: stateless solves and durable "
-        "scheduling sessions (README: Embedding).",
+        "scheduling sessions (docs/guide/embedding.md).",
         docs_url=None, redoc_url=None, lifespan=lifespan,  # /docs is our own page: Swagger's loads from a CDN
     )
     app.state.store, app.state.registry, app.state.limits = store, registry, limits
