@@ -23,13 +23,20 @@ def random_lp(rng: np.random.Generator, n: int, k: int, capacity: float, frozen:
     W = np.maximum(1.0, capacity * S.sum() / k * rng.uniform(0.5, 1.5, k))
     g = np.ones(n)
     lower = np.zeros(n)
-    if frozen:  # water-filling levels: some rows frozen at part of a feasible point's share
-        X0 = allowed / allowed.sum(axis=1, keepdims=True)
-        X0 = X0 * np.minimum(1.0, W / (S @ X0))[None, :]
-        fz = rng.random(n) < frozen
-        g[fz] = 0.0
-        lower[fz] = rng.uniform(0.3, 0.9) * (A * X0).sum(axis=1)[fz]
+    if frozen:
+        freeze(rng, A, S, W, allowed, g, lower, frozen)
     return BlockLP(A=A, S=S, W=W, allowed=allowed, c_z=1.0, g=g, lower=lower)
+
+
+def freeze(rng, A, S, W, allowed, g, lower, frozen: float) -> None:
+    """Water-filling levels, in place: a fraction ``frozen`` of the rows get g = 0 and
+    a level l at part of a feasible point's share."""
+    n = len(A)
+    X0 = allowed / allowed.sum(axis=1, keepdims=True)
+    X0 = X0 * np.minimum(1.0, W / (S @ X0))[None, :]
+    fz = rng.random(n) < frozen
+    g[fz] = 0.0
+    lower[fz] = rng.uniform(0.3, 0.9) * (A * X0).sum(axis=1)[fz]
 
 
 def certificate_gap(lp: BlockLP, sol) -> float:

@@ -18,7 +18,7 @@ import pytest
 
 from optsched.solvers import block_exact, block_lp
 from optsched.solvers.block_lp import BlockLP
-from test_block_exact import certificate_gap, check_primal
+from test_block_exact import certificate_gap, check_primal, freeze
 
 
 def independent(lp: BlockLP):
@@ -43,11 +43,7 @@ def distinct_lp(rng: np.random.Generator, n: int, k: int, gpus_per_job: float, f
     g = rng.uniform(0.05, 1.0, n) if makespan else np.ones(n)
     lower = np.zeros(n)
     if frozen:
-        X0 = allowed / allowed.sum(axis=1, keepdims=True)
-        X0 = X0 * np.minimum(1.0, W / (S @ X0))[None, :]
-        fz = rng.random(n) < frozen
-        g[fz] = 0.0
-        lower[fz] = rng.uniform(0.3, 0.9) * (A * X0).sum(axis=1)[fz]
+        freeze(rng, A, S, W, allowed, g, lower, frozen)
     return BlockLP(A=A, S=S, W=W, allowed=allowed, c_z=1.0, g=g, lower=lower)
 
 
