@@ -17,7 +17,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import re
 from typing import Any
+
+from markdown import Extension
+from markdown.preprocessors import Preprocessor
+from mkdocs.plugins import event_priority
 
 PUBLIC_MODULES = [
     ("optsched", "The package: solve a snapshot, parse it, simulate, allocate rounds."),
@@ -31,6 +36,12 @@ PUBLIC_MODULES = [
     ("optsched.runtime.job", "The job library of `optsched run`."),
     ("optsched.bench", "The bench behind `optsched bench`."),
 ]
+
+
+@event_priority(100)  # before mkdocstrings builds its Markdown from the same extension list
+def on_config(config):
+    config.markdown_extensions.append(DoctestFences())
+    return config
 
 
 def on_files(files, config):
@@ -274,3 +285,40 @@ def _defining_path(mod, name: str) -> str | None:
     if "/optsched/" not in source.replace("\\", "/"):
         return None
     return f"{module}.{obj.__qualname__}"
+
+
+# ---------------------------------------------------------------- doctests in docstrings
+
+
+class DoctestFences(Extension):
+    """Docstrings show examples as ``>>>`` lines; Markdown reads those as nested
+    block quotes. Wrap each run of them (and the output lines after them) in a
+    ``pycon`` fence. Lines inside an existing fence are left alone."""
+
+    def extendMarkdown(self, md):
+        md.preprocessors.register(_DoctestPreprocessor(md), "optsched_doctest", 35)  # before fences (25-30)
+
+
+class _DoctestPreprocessor(Preprocessor):
+    FENCE = re.compile(r"^\s*(```|~~~)")
+    PROMPT = re.compile(r"^(\s*)>>> ")
+
+    def run(self, lines: list[str]) -> list[str]:
+        out: list[str] = []
+        in_fence, i = False, 0
+        while i < len(lines):
+            line = lines[i]
+            if self.FENCE.match(line):
+                in_fence = not in_fence
+            m = None if in_fence else self.PROMPT.match(line)
+            if not m:
+                out.append(line)
+                i += 1
+                continue
+            indent = m.group(1)
+            block = []
+            while i < len(lines) and lines[i].strip() and not self.FENCE.match(lines[i]):
+                block.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+                i += 1
+            out += ["", indent + "```pycon", *(indent + b for b in block), indent + "```", ""]
+        return out
