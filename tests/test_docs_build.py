@@ -99,6 +99,8 @@ def test_python_reference_renders_docstrings(site: Path):
     text = _text(site / "reference" / "python" / "index.html")
     for name in ("parse_snapshot", "Session", "Client", "simulate"):
         assert name in text
+    raw = (site / "reference" / "python" / "index.html").read_text()
+    assert "<blockquote>\n<blockquote>" not in raw, "a docstring's >>> example rendered as nested quotes"
     for obj in (optsched.parse_snapshot, optsched.Allocator):
         first_line = " ".join((obj.__doc__ or "").strip().splitlines()[0].split())
         assert first_line and first_line in " ".join(text.split()), f"{obj.__name__}'s docstring is not on the page"
