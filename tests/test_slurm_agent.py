@@ -6,6 +6,7 @@ equal to a fresh session fed the recorded inputs, each bad job named once."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,12 +20,14 @@ from collections import Counter
 import pytest
 
 from optsched.model import Cluster, Server
+from optsched.runtime.workloads.regression import digest, train
 from optsched.slurm import cli as scli
 from optsched.slurm.agent import (AgentDB, ContractError, decision_of, parse_contract, replay, requested_gpus,
                                   results)
 from optsched.slurm.localcluster import from_dir, unavailable_reason
 
 REASON = unavailable_reason()
+REGRESSION = os.path.join(os.path.dirname(os.path.abspath(train.__code__.co_filename)), "regression.py")
 needs_slurm = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 CLUSTER = Cluster(gpus={"v100": 8, "k80": 8}, servers=[Server(id=f"n{i}", gpu_type=t, gpus=4)
@@ -175,9 +178,9 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
     watch.start()
     agent = _agent(c, db, logs[0])
     good: dict[str, str] = {}
-    ticks = {"a1": 30, "a2": 30}
+    ticks = {"a1": 30, "a2": 30, "a5": 30}  # 20 GPUs asked of 16 from the start: the policy time-shares
     try:
-        for name, g in (("a1", 4), ("a2", 4), ("a3", 2), ("a4", 2)):
+        for name, g in (("a1", 4), ("a2", 4), ("a3", 2), ("a4", 2), ("a5", 4)):
             good[name] = _sbatch(c, work, name, str(g), thr, ticks.get(name, 10))
         bad_type = _sbatch(c, work, "badtype", "a100:1", "optsched: throughput=a100:3")
         bad_contract = _sbatch(c, work, "nothroughput", "1", "optsched: steps=10")
@@ -187,6 +190,13 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
         agent = _agent(c, db, logs[1])
         for name, g in (("b1", 4), ("b2", 4), ("b3", 1), ("b4", 2)):
             good[name] = _sbatch(c, work, name, str(g), f"{thr} weight=2" if name == "b1" else thr)
+        # a job using optsched's job library: its progress file is in its working directory
+        d = os.path.join(work, "p1")
+        os.makedirs(d)
+        good["p1"] = scli.run(["sbatch", "--parsable", "--hold", "--gres=gpu:2", "-J", "p1", "-D", d, "-o", "out.log",
+                               "--comment", "optsched: throughput=v100:300,k80:150 steps=400", "--wrap",
+                               f"export OPTSCHED_JOB_DIR=$PWD; exec {sys.executable} {REGRESSION} --steps 400 --work 2"],
+                              c.env).stdout.strip()
         _wait(lambda: _state(c, good["a4"]) in ("RUNNING", "COMPLETED"))
         scli.run(["scancel", good["a4"]], c.env)  # cancelled by its user (if it has not finished already)
         seen = _rounds(db)
@@ -210,14 +220,20 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
             pytest.fail(f"jobs not done: {states}")
     finally:
         agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=30)
+        try:
+            agent.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # never leave an agent behind to act on a later run's jobs
+            agent.kill()
+            agent.wait()
+            raise
         watch.stop.set()
         watch.join()
     # every GPU held by at most one job at every sample
     assert watch.samples > 20 and watch.violations == []
     # the decisions equal the uninterrupted twin's: a fresh session fed the recorded inputs
     adb = AgentDB(db)
-    recorded = [r["decision"] for r in adb.rounds() if r["decision"] is not None]
+    adb_rounds = adb.rounds()
+    recorded = [r["decision"] for r in adb_rounds if r["decision"] is not None]
     actions = adb.actions()
     adb.close()
     assert len(recorded) > 5 and replay(db) == recorded
@@ -232,7 +248,7 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
     # and each finished its work once
     requeues = Counter(sid for _, sid, what in actions if what == "requeuehold")
     for name, sid in good.items():
-        if name == "a4" and cancelled:
+        if (name == "a4" and cancelled) or name == "p1":
             continue
         lines = open(os.path.join(work, name, "starts")).read().split()
         restarts = int(scli.scontrol_job(sid, c.env)["Restarts"])
@@ -244,6 +260,12 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
         assert open(os.path.join(work, name, "ckpt")).read().strip() == str(ticks.get(name, 10)), name
         assert restarts == requeues[sid], name  # every requeue Slurm counted is one the agent issued
     assert sum(requeues.values()) > 0  # the fairness policy preempted
+    # the job-library job: its steps were observed while it ran, and it ended with an uninterrupted run's weights
+    seen = [p["steps_done"] for r in adb_rounds for p in r["inputs"].get("progress", [])
+            if p["job_id"] == f"slurm-{good['p1']}"]
+    assert seen and max(seen) > 0
+    result = json.load(open(os.path.join(work, "p1", "result.json")))
+    assert result["steps"] == 400 and result["digest"] == digest(train(400, work=2))
     # each bad job named in one line across the three agent runs, and left held to Slurm
     text = "".join(open(p).read() for p in logs)
     for sid, why in ((bad_type, "asks for GPU type 'a100', which no node has"),
@@ -256,7 +278,7 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
     # the result table
     r = subprocess.run([sys.executable, "-c", "from optsched.cli import main; main()", "slurm", "status", "--db", db],
                        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
-    assert r.returncode == 0 and "9 finished" in r.stdout and "2 left to Slurm" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "11 finished" in r.stdout and "2 left to Slurm" in r.stdout, r.stdout + r.stderr
     shutil.rmtree(work, ignore_errors=True)
 
 

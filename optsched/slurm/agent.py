@@ -34,9 +34,12 @@ round, whatever the wall clock did, so ``replay(db)`` — a fresh in-memory
 Session fed the recorded inputs — must give the very same decisions (the
 tests check it after SIGKILLs and a slurmctld restart).
 
-Not observed (documented limits): steps done (a job ends when Slurm says it
-ended; the session counts attained service in rounds), Slurm jobs outside the
-contract (the agent assumes the GPUs of its nodes are its own: give it a
+Progress: a running job that uses optsched's job library with
+``OPTSCHED_JOB_DIR=$PWD`` leaves ``progress.json`` in its working directory;
+its steps done (and, when fresh, its measured steps/s) are observed inputs of
+the round like any other. Not observed (documented limits): the steps of other
+jobs (a job ends when Slurm says it ended; the session counts attained service
+in rounds), Slurm jobs outside the contract (the agent assumes the GPUs of its nodes are its own: give it a
 partition). A job asking for a GPU type in ``--gres`` may run only on that type
 (Slurm 22.05 cannot change a pending job's GPU type).
 """
@@ -63,6 +66,10 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
             "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
 RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
 CONTRACT_KEYS = ("throughput", "model", "steps", "weight")
+
+
+class _Stopped(Exception):
+    """stop() became true while the agent waited for Slurm."""
 
 
 class ContractError(OptschedError):
@@ -303,6 +310,13 @@ def feed(session, inputs: dict) -> None:
     active = {j["id"] for j in session.state()["jobs"]}
     if any(j in active for j in gone):
         session.remove([j for j in gone if j in active])
+    # Progress of jobs still in the session: absolute steps (idempotent), and the measured steps/s of a job
+    # that ran in the last round (the session credits it to the GPU type it ran on).
+    ran = (session.last_round() or {}).get("placement", {})
+    reports = [{k: v for k, v in p.items() if k != "throughput" or p["job_id"] in ran}
+               for p in inputs.get("progress", []) if p["job_id"] in active and p["job_id"] not in gone]
+    if reports:
+        session.report(reports)
 
 
 def decision_of(last_round: dict) -> dict:
@@ -362,6 +376,7 @@ class Agent:
         self.cluster = Cluster.model_validate(config["cluster"])
         self._probe_config = {**config, "session_id": "probe"}
         self.wait = 0.25  # seconds between retries while slurmctld does not answer
+        self._stop = lambda: False
 
     # -- helpers ---------------------------------------------------------------
     def _retry(self, fn, patience: float = 300.0):
@@ -373,6 +388,8 @@ class Agent:
             except scli.SlurmUnavailable as e:
                 if time.monotonic() > deadline:
                     raise
+                if self._stop():  # asked to stop (SIGTERM) while Slurm does not answer: the round resumes later
+                    raise _Stopped() from None
                 log.info("waiting for slurmctld: %s", e)
                 time.sleep(self.wait)
 
@@ -391,7 +408,7 @@ class Agent:
 
         rows = self._squeue()
         known, noted = self.adb.jobs(), self.adb.noted()
-        new, notes, gone = [], [], []
+        new, notes, gone, progress = [], [], [], []
         probe = Session.create(self._probe_config)
         for sid in sorted(rows, key=_id_key):
             row = rows[sid]
@@ -412,7 +429,28 @@ class Agent:
             row = rows.get(sid)
             if row is None or row["state"] in TERMINAL:
                 gone.append({"slurm_id": sid, "job_id": j["job_id"], "state": row["state"] if row else "GONE"})
-        return {"new": new, "gone": gone, "notes": notes}
+            elif row["state"] == "RUNNING":
+                p = self._progress(row, j["job_id"])
+                if p is not None:
+                    progress.append(p)
+        return {"new": new, "gone": gone, "notes": notes, "progress": progress}
+
+    def _progress(self, row: dict, job_id: str) -> dict | None:
+        """A running job's own report, when it uses optsched's job library with its
+        job folder = its working directory (``OPTSCHED_JOB_DIR=$PWD``):
+        steps done, and its measured steps/s when the report is fresh (written
+        since the last round was observed)."""
+        from optsched.runtime.job import PROGRESS_FILE, read_json
+
+        data = read_json(os.path.join(row.get("workdir") or "", PROGRESS_FILE)) if row.get("workdir") else None
+        if not data or not isinstance(data.get("steps_done"), (int, float)):
+            return None
+        out = {"job_id": job_id, "steps_done": float(data["steps_done"])}
+        ema, last = data.get("iteration_ema"), self.adb.last_round()
+        fresh = last is not None and float(data.get("updated_at") or 0) > last["observed_at"]
+        if fresh and isinstance(ema, (int, float)) and ema > 0 and data.get("status") == "running":
+            out["throughput"] = min(max(1.0 / float(ema), 1e-12), 1e12)
+        return out
 
     # -- one round ---------------------------------------------------------------
     def step(self) -> dict:
@@ -428,8 +466,8 @@ class Agent:
         k = last["round"]
         decision = last["decision"]
         if decision is None:
-            feed(self.session, last["inputs"])
-            if self.session.round == k:
+            if self.session.round == k:  # (after the session's round the inputs are in it: never twice)
+                feed(self.session, last["inputs"])
                 decision = decision_of(self.session.next_round(expected_round=k))
             else:  # killed after the session's round, before its record: the session has it
                 decision = decision_of(self.session.last_round())
@@ -448,10 +486,14 @@ class Agent:
     # -- apply -------------------------------------------------------------------
     def apply(self, k: int, decision: dict, patience: int = 200) -> None:
         """Make Slurm match the decision (idempotent: only what differs is done)."""
-        active = {sid: j for sid, j in self.adb.jobs().items() if j["status"] == "active"}
+        in_session = {j["id"] for j in self.session.state()["jobs"]}
+        # A job the session finished (its steps reached) but Slurm still runs is left to end by itself.
+        active = {sid: j for sid, j in self.adb.jobs().items() if j["status"] == "active" and j["job_id"] in in_session}
         by_job = {j["job_id"]: sid for sid, j in active.items()}
         want = {by_job[j]: slots[0]["server"] for j, slots in decision["placement"].items() if j in by_job}
         for _ in range(patience):
+            if self._stop():
+                raise _Stopped()  # not marked applied: a restart applies this decision again
             rows = self._squeue()
             todo = 0
             for sid in sorted(active, key=_id_key):
@@ -486,9 +528,9 @@ class Agent:
                     return 1
                 self._scontrol(k, sid, ["requeuehold", sid], "requeuehold")  # migration: stop here, start there
                 return 1
-            if state == "PENDING" and (held or row.get("req_nodes") != node or row.get("reason") == "BeginTime"):
+            if state == "PENDING" and (held or row.get("req_nodes") != node or _in_future(row.get("start", ""))):
                 # StartTime=now: Slurm makes a requeued job eligible only 2 minutes later (also when the
-                # requeue completes after the release: then the job waits with reason BeginTime)
+                # requeue completes after our release: then its start time is in the future again)
                 self._scontrol(k, sid, ["update", f"JobId={sid}", f"ReqNodeList={node}", "StartTime=now"],
                                f"node={node}")
                 if held:
@@ -512,6 +554,7 @@ class Agent:
         time is stored, so a restart keeps the pace), until ``rounds``, ``stop()``,
         or (``until_done``) a round after which no job it manages is left."""
         done = 0
+        self._stop = stop or (lambda: False)
         while rounds is None or done < rounds:
             if until_done and self.adb.jobs() and not any(j["status"] == "active" for j in self.adb.jobs().values()):
                 return
@@ -520,9 +563,12 @@ class Agent:
                 wait = last["observed_at"] + self.cfg.round_length - time.time()
                 if wait > 0:
                     time.sleep(min(wait, self.cfg.round_length))
-            if stop is not None and stop():
+            if self._stop():
                 return
-            self.step()
+            try:
+                self.step()
+            except _Stopped:
+                return
             done += 1
 
     def close(self) -> None:
@@ -569,6 +615,15 @@ def results(db_path: str) -> tuple[list[dict], dict]:
     finally:
         adb.close()
         store.close()
+
+
+def _in_future(stamp: str) -> bool:
+    """A squeue time (local, ``2026-11-28T02:21:00``) later than now: a begin time to clear.
+    (Applying reads the clock; deciding never does.)"""
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) > time.time() + 1
+    except (ValueError, OverflowError):
+        return False  # N/A, Unknown
 
 
 def _id_key(sid: str):

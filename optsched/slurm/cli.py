@@ -17,10 +17,12 @@ from optsched.model import OptschedError
 
 SEP = "\x1f"
 # squeue -o fields, in order (squeue(1)): id, name, state, reason, comment, nodes, tres per node,
-# node count, submit time, priority, user, requested node list, partition
+# node count, submit time, priority, user, requested node list, partition, (expected) start time,
+# working directory
 SQUEUE_FIELDS = ("id", "name", "state", "reason", "comment", "nodes", "tres", "node_count", "submit", "priority",
-                 "user", "req_nodes", "partition")
-SQUEUE_FORMAT = SEP.join(("%i", "%j", "%T", "%r", "%k", "%N", "%b", "%D", "%V", "%Q", "%u", "%n", "%P"))
+                 "user", "req_nodes", "partition", "start", "workdir")
+SQUEUE_FORMAT = SEP.join(("%i", "%j", "%T", "%r", "%k", "%N", "%b", "%D", "%V", "%Q", "%u", "%n", "%P", "%S",
+                          "%Z"))
 _UNAVAILABLE = ("unable to contact slurm controller", "connection refused", "socket timed out",
                 "slurm_persist_conn_open", "communication connection failure", "zero bytes were transmitted",
                 "slurmctld not responding", "controller not responding")
