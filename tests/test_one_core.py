@@ -120,7 +120,7 @@ def test_simulator_and_a_session_fed_its_progress_decide_identically(tmp_path, p
     options = {"allocator_options": allocator} if allocator else {}
     res, sim = simulated_rounds(trace, policy, round_length, **options)
     assert res.jobs["jct"].notna().all()
-    sess = session_rounds(sim, policy, round_length, {"seed": 0, **allocator})
+    sess = session_rounds(sim, policy, round_length, {"seed": 0, "migration_cost": 0.0, **allocator})
     assert len(sess) == len(sim)
     for k, (a, b) in enumerate(zip(sim, sess)):
         for key in ("placement", "started", "preempted", "migrated", "recomputed"):

@@ -547,3 +547,25 @@ def test_run_admits_by_load_and_recomputes_by_the_cores_rules(tmp_path):
     lazy = run(jobs, ex, RunConfig(round_length=1.0, poll_interval=0.05, min_recompute_interval=1e6),
                run_dir=str(tmp_path / "b"))
     assert lazy.summary["recomputations"] == 1 and lazy.summary["jobs_completed"] == 4
+
+
+def test_run_ends_jobs_at_the_simulators_loss_termination_step(tmp_path):
+    """--loss-threshold in optsched run: a job with a convergence profile runs to the step the
+    simulator ends it at (the same rule, stages.termination_fractions); the other runs to its length."""
+    from optsched.runtime.loop import RunConfig
+    from optsched.sim import simulate
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval,"
+                     "loss_initial,loss_final,loss_tau,loss_alpha\n"
+                     "conv,1,0,1000,regression,10,0,2.0,0.1,0.05,1.0\n"
+                     "plain,1,0,500,regression,5,0,,,,\n")
+    ex = VirtualExecutor("slot=2", {"conv": 100.0, "plain": 100.0}, overhead=0.0)
+    res = run(str(trace), ex, RunConfig(round_length=1.0, poll_interval=0.05), run_dir=str(tmp_path / "run"),
+              loss_threshold=0.1)
+    by = res.jobs.set_index("job_id")
+    sim = simulate(str(trace), "slot=2", policy="max_min_fairness", round_length=1.0, loss_threshold=0.1)
+    assert sim.summary["loss_terminated_jobs"] == 1
+    want = round(1000 * sim.summary["loss_work_fraction"] * 1.5 - 500)  # conv's steps in the simulation
+    assert 0 < by.loc["conv", "steps_total"] < 1000 and abs(by.loc["conv", "steps_total"] - want) <= 1
+    assert by.loc["plain", "steps_total"] == 500 and (by["status"] == "finished").all()

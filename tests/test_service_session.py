@@ -71,7 +71,7 @@ def test_session_decides_like_a_live_allocator_given_the_same_calls(monkeypatch,
         if "a" not in live:
             cfg = self.config
             live["a"] = Allocator(self.cluster, placement=cfg.placement, seed=cfg.allocator.seed,
-                                  round_length=cfg.round_length)
+                                  round_length=cfg.round_length, migration_cost=cfg.allocator.migration_cost)
             live["a"].load_state(self._s["allocator"])
         t = live.setdefault("tee", _Tee(loaded, live["a"]))
         t.loaded = loaded
@@ -607,3 +607,57 @@ def test_a_sessions_rounds_are_the_cores_recompute_rules_partitions_and_hysteres
     assert s.allocation().explanation["partitions"] == 2  # POP's merged solve
     s.submit([{"id": "late", "throughput": {"v100": 2.0, "k80": 1.0}}])  # arrived: due, but not before 1000 s
     assert [s.next_round()["recomputed"] for _ in range(8)] == [False] * 7 + [True]
+
+
+# ---------------------------------------------------------------- embedding (issue 30)
+
+
+def test_a_retried_report_counts_once_also_after_a_reload_and_for_a_finished_job(tmp_path):
+    """Two deliveries of one report of 100 steps gave steps_done 200. With a sequence number
+    per job the retry changes nothing (the store keeps the last seq), and retrying the report
+    that finished the job answers the finished job instead of a conflict."""
+    db = tmp_path / "s.db"
+    s = Session.create({"cluster": {"gpus": {"v100": 2}}, "session_id": "s"}, store=Store(db))
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}, "steps_total": 1000}, {"id": "b", "throughput": {"v100": 1.0}}])
+    s.next_round()
+    assert s.report({"job_id": "a", "seq": 1, "steps": 100})[0]["steps_done"] == 100
+    assert s.report({"job_id": "a", "seq": 1, "steps": 100})[0]["steps_done"] == 100
+    v = s.version
+    s = Session.load("s", Store(db))
+    out = s.report([{"job_id": "a", "seq": 1, "steps": 100}, {"job_id": "b", "seq": 7, "steps": 5}])
+    assert [r["steps_done"] for r in out] == [100, 5] and s.version == v + 1  # b's report applied, a's not
+    assert s.report({"job_id": "a", "seq": 0, "steps": 100})[0]["steps_done"] == 100  # an older one: a retry too
+    assert s.report({"job_id": "a", "seq": 2, "steps": 900})[0]["status"] == "finished"
+    again = s.report({"job_id": "a", "seq": 2, "steps": 900})[0]
+    assert again["status"] == "finished" and again["steps_done"] == 1000
+    with pytest.raises(Conflict):  # a new report for a finished job is still a conflict
+        s.report({"job_id": "a", "seq": 3, "steps": 1})
+    s.next_round()
+    assert s.report({"job_id": "b", "steps": 5})[0]["steps_done"] == 10  # without seq: adds, as documented
+
+
+def test_a_throughput_table_by_model_gives_jobs_their_rows():
+    s = Session.create({"cluster": {"gpus": {"v100": 2, "k80": 2}},
+                        "throughputs": {"resnet50": {"v100": 10.0, "k80": 3.0}}})
+    out = s.submit([{"id": "a", "model": "resnet50"}, {"id": "b", "model": "x", "throughput": {"k80": 1.0}}])
+    assert out[0]["spec"]["throughput"] == {"v100": 10.0, "k80": 3.0} and out[1]["spec"]["throughput"] == {"k80": 1.0}
+    with pytest.raises(OptschedError, match=r"^jobs\[0\]\.throughput: missing, and the session's throughputs table "
+                                            r"has no model 'bert'$"):
+        s.submit([{"id": "c", "model": "bert"}])
+    with pytest.raises(OptschedError, match=r"^jobs\[0\]\.throughput: missing \(the session has no throughputs"):
+        Session.create({"cluster": {"gpus": {"v100": 2}}}).submit([{"id": "c"}])
+    with pytest.raises(OptschedError, match=r"^throughputs\['m'\]: unknown GPU type 'p100'"):
+        Session.create({"cluster": {"gpus": {"v100": 2}}, "throughputs": {"m": {"p100": 1.0}}})
+
+
+def test_the_default_migration_cost_is_the_peers_restart_penalty_and_it_moves_jobs_less():
+    from optsched.service.models import DEFAULT_MIGRATION_COST
+
+    s = Session.create({"cluster": workload.CLUSTER})
+    assert s.config.allocator.migration_cost == DEFAULT_MIGRATION_COST == 30.0
+    moves = {}
+    for cost in (0.0, 30.0):
+        s = Session.create({"cluster": workload.CLUSTER, "allocator": {"migration_cost": cost}})
+        rounds, _ = workload.run(s, 60, seed=1)
+        moves[cost] = sum(len(r["migrated"]) + len(r["preempted"]) for r in rounds)
+    assert moves[30.0] < moves[0.0]

@@ -103,15 +103,23 @@ class SolveResponse(BaseModel):
 # ---------------------------------------------------------------- sessions
 
 
+# A session's allocator charges a move this many seconds by default: the checkpoint-restart penalty
+# Pollux's and Sia's schedulers charge per restart or migration (30 s), the simulator's restart overhead
+# of elastic jobs too. With 0 (Gavel's walk) a 200-job session moved jobs ~10 times each.
+DEFAULT_MIGRATION_COST = 30.0
+
+
 class AllocatorOptions(_Body):
     queue: Literal[QUEUES] = Field(default="phased", description="Allocator walk (README: Running rounds).")  # type: ignore[valid-type]
     type_order: Literal["fixed", "shuffle"] | list[str] = Field(default="fixed", description="GPU type walk order.")
     work_conserving: StrictBool = Field(default=True, description="Give idle GPUs to jobs beyond their share.")
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Tie-break seed (decisions are a function of it).")
     gpus_per_server: int = Field(default=4, ge=1, le=4096, description="Server size when the cluster lists no servers.")
-    migration_cost: float = Field(default=0.0, ge=0, le=86400, allow_inf_nan=False, description=(
+    migration_cost: float = Field(default=DEFAULT_MIGRATION_COST, ge=0, le=86400, allow_inf_nan=False, description=(
         "Seconds a restart or migration costs the job: above 0 the allocator keeps running jobs on their type "
-        "and GPUs unless their share requires a move (README: Running rounds)."))
+        "and GPUs unless their share requires a move (README: Running rounds). Default 30 s: the checkpoint-restart "
+        "penalty Pollux's and Sia's schedulers charge a job per restart or migration (the simulator's restart "
+        "overhead of elastic jobs); 0 is Gavel's walk, which moves jobs freely."))
     hysteresis: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False, description=(
         "The allocator's hysteresis in rounds, set directly (default: from migration_cost)."))
 
@@ -150,6 +158,10 @@ class SessionConfig(_Body):
     partitions: int = Field(default=1, ge=1, le=1024, description=(
         "POP: each recomputation solves this many job groups (each with 1/K of every GPU type) and merges them "
         "(fractional policies, no packing)."))
+    throughputs: dict[str, dict[str, float]] | None = Field(
+        default=None, description="Throughput table by model: {model: {gpu_type: steps/s}}, the rate of a job of "
+        "that model at its scale factor; a submitted job without `throughput` gets its model's row (stored with the "
+        "job: a later table does not change it).")
     # At least simulate's 1 ms: shorter rounds vanish in the clock's rounding (1e12 + 1e-300 == 1e12).
     round_length: float = Field(default=360.0, ge=MIN_ROUND_LENGTH, le=1e7, description="Seconds per round (Gavel: 360).")
     min_recompute_interval: float = Field(
@@ -185,8 +197,10 @@ class JobSpec(_Body):
     model: str = Field(default="", max_length=256)
     scale_factor: int = Field(default=1, ge=1, le=100_000, description="GPUs the job runs on.")
     weight: float = Field(default=1.0, gt=0, le=1e9, description="Priority weight (2 = twice the share).")
-    throughput: dict[str, float] = Field(
-        description="Steps/s at its scale factor per GPU type; a missing type (or 0) means it cannot run there.")
+    throughput: dict[str, float] | None = Field(
+        default=None,
+        description="Steps/s at its scale factor per GPU type; a missing type (or 0) means it cannot run there. "
+        "Default: the session's `throughputs` row of the job's model.")
     steps_total: float | None = Field(default=None, gt=0, le=1e15,  # (traces' limit; 0 steps is no job)
                                       description="Steps to finish; the session finishes the job when steps_done reaches it.")
     arrival_time: float | None = Field(default=None, ge=0, le=1e12,
@@ -235,6 +249,10 @@ class Iteration(_Body):
 
 class ProgressReport(_Body):
     job_id: str = Field(pattern=ID_PATTERN)
+    seq: int | None = Field(default=None, ge=0, le=2**62, description=(
+        "The caller's sequence number of this job's reports, increasing: a report whose seq is not above the last "
+        "one applied for the job is a retry and changes nothing (the answer is the job as it stands). Without seq, "
+        "`steps` adds on every delivery; `steps_done` (absolute) is idempotent by itself."))
     steps: float | None = Field(default=None, ge=0, le=1e18, description="Steps made since the last report (adds).")
     steps_done: float | None = Field(default=None, ge=0, le=1e18, description="Absolute steps done (replaces).")
     seconds: float | None = Field(

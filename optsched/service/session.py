@@ -266,6 +266,7 @@ class Session:
         limit = min(self.config.max_jobs or self._limits.max_jobs, self._limits.max_jobs)
         if len(active) + len(req.jobs) > limit:
             raise OptschedError(f"jobs: {len(active)} active + {len(req.jobs)} new jobs exceed the session's limit of {limit}")
+        req = self._with_table_throughputs(req)
         new_ids = [j.id for j in req.jobs]
         seen: set[str] = set()
         for i, jid in enumerate(new_ids):
@@ -303,6 +304,23 @@ class Session:
         s["dirty"] = True
         self._commit("submit", {"jobs": new_ids})
         return [self._job_out(self._s["jobs"][j]) for j in new_ids]
+
+    def _with_table_throughputs(self, req: SubmitJobs) -> SubmitJobs:
+        """Jobs without ``throughput`` get their model's row of the session's table."""
+        if all(j.throughput is not None for j in req.jobs):
+            return req
+        table = self.config.throughputs or {}
+        jobs = []
+        for i, j in enumerate(req.jobs):
+            if j.throughput is None:
+                row = table.get(j.model)
+                if row is None:
+                    raise OptschedError(f"jobs[{i}].throughput: missing, and the session's throughputs table has no "
+                                        f"model {j.model!r}" if table else
+                                        f"jobs[{i}].throughput: missing (the session has no throughputs table by model)")
+                j = j.model_copy(update={"throughput": dict(row)})
+            jobs.append(j)
+        return SubmitJobs.model_construct(jobs=jobs)
 
     def update(self, job_id: str, changes: JobUpdate | dict | None = None, **fields) -> dict:
         """Change a job's weight, throughput, steps_total, entity, slo or model;
@@ -407,15 +425,27 @@ class Session:
                 raise OptschedError(f"record: job {job_id!r} did not run on {gpu_type} in the last round")
             return self.report({"job_id": job_id, "seconds": seconds})[0]
 
+    def _retried(self, r: ProgressReport) -> dict | None:
+        """The job's record when ``r`` is a retry: its seq is not above the last one applied."""
+        if r.seq is None:
+            return None
+        rec = self._s["jobs"].get(r.job_id) or self._finished_record(r.job_id)
+        last = None if rec is None else rec.get("report_seq")
+        return rec if last is not None and r.seq <= last else None
+
     def _report(self, reqs: list[ProgressReport]) -> list[dict]:
         s = self._s
         ran = (s["last_round"] or {}).get("placement", {})
+        # Retries (seq already applied) change nothing; their answer is the job as it stands.
+        retried = {i: rec for i, r in enumerate(reqs) if (rec := self._retried(r)) is not None}
         # Validate everything first.
         seen: set[str] = set()
         for i, r in enumerate(reqs):
             if r.job_id in seen:  # (which report would count? the finish and credit rules read one per job)
                 raise OptschedError(f"reports[{i}].job_id: job {r.job_id!r} is reported twice in this batch")
             seen.add(r.job_id)
+            if i in retried:
+                continue
             if r.job_id not in s["jobs"]:
                 if self._finished_record(r.job_id):  # known, but the request contradicts its state
                     raise Conflict(f"reports[{i}].job_id: job {r.job_id!r} is finished")
@@ -435,12 +465,18 @@ class Session:
                     raise OptschedError(f"reports[{i}].iterations[{q}].gpu_type: unknown GPU type {it.gpu_type!r}")
                 if it.nodes > it.replicas or it.sync_time > it.step_time:
                     raise OptschedError(f"reports[{i}].iterations[{q}]: need nodes <= replicas and sync_time <= step_time")
+        if len(retried) == len(reqs):
+            return [self._job_out(rec) for rec in retried.values()]
         finishing: dict[str, float | None] = {}
         touched = []
-        for r in reqs:
+        for i, r in enumerate(reqs):
+            if i in retried:
+                continue
             self._touch(r.job_id)
             rec = s["jobs"][r.job_id]
             spec = rec["spec"]
+            if r.seq is not None:
+                rec["report_seq"] = r.seq
             if r.steps is not None:
                 rec["steps_done"] += r.steps
             if r.steps_done is not None:
@@ -470,9 +506,11 @@ class Session:
             if r.job_id not in touched:
                 touched.append(r.job_id)
         done = self._close_jobs(list(finishing), finishing) if finishing else []
-        self._commit("progress", {"reports": [r.model_dump(exclude_none=True) for r in reqs]}, done)
+        self._commit("progress", {"reports": [r.model_dump(exclude_none=True) for i, r in enumerate(reqs)
+                                              if i not in retried]}, done)
         finished = dict(done)
-        return [self._job_out(finished.get(j) or self._s["jobs"][j]) for j in touched]
+        return [self._job_out(retried[i]) if i in retried else
+                self._job_out(finished.get(r.job_id) or self._s["jobs"][r.job_id]) for i, r in enumerate(reqs)]
 
     # ------------------------------------------------------------------ the round
 
@@ -755,6 +793,9 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     # The snapshot's checks of the cluster (names are valid Unicode, ...) and of the pair table.
     _validate_snapshot({"cluster": cfg.cluster.model_dump(exclude_none=True), "jobs": [],
                         **({"colocation": cfg.colocation} if cfg.colocation is not None else {})})
+    for model, row in (cfg.throughputs or {}).items():  # each row is a job's throughput table
+        _validate_snapshot({"cluster": cfg.cluster.model_dump(exclude_none=True), "jobs": [{"id": "row", "throughput": row}]},
+                           prefix=f"throughputs[{model!r}]", strip="jobs[0].throughput")
     to = cfg.allocator.type_order
     if not isinstance(to, str) and sorted(to) != sorted(cfg.cluster.gpus):
         raise OptschedError(f"allocator.type_order: must list each GPU type once ({', '.join(cfg.cluster.gpus)})")
