@@ -149,3 +149,19 @@ def test_extra_of_and_message_in_process(monkeypatch):
     with pytest.raises(ModuleNotFoundError) as e:
         require("not_an_optional_module_xyz", "x")
     assert not isinstance(e.value, MissingExtra)
+
+
+def test_a_sweep_run_that_needs_a_missing_extra_fails_naming_it(monkeypatch):
+    """A run of a sweep (in a worker) that reaches a missing module records which extra brings it."""
+    import optsched.sim
+    from optsched.sweep.worker import execute
+
+    def needs_jax(*args, **kwargs):
+        import jax  # noqa: F401
+
+    monkeypatch.setitem(sys.modules, "jax", None)
+    monkeypatch.setattr(optsched.sim, "simulate_flags", needs_jax)
+    out = execute({"trace": "gavel", "trace_options": {"jobs": 3}, "load": 5.0, "seed": 0, "cluster": None,
+                   "options": {}, "policy": "fifo"})
+    assert out["status"] == "failed"
+    assert out["error"] == "MissingExtra: the run needs the 'goodput' extra: pip install 'optsched[goodput]'"

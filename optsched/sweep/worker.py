@@ -53,6 +53,10 @@ def execute(run: dict) -> dict:
     except BaseException as e:  # noqa: BLE001 — a failed run is recorded, the sweep goes on
         if isinstance(e, KeyboardInterrupt):
             raise
+        from optsched.extras import missing
+
+        if isinstance(e, ModuleNotFoundError) and missing("the run", e) is not None:  # name the extra
+            e = missing("the run", e)
         msg = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
         return {"run": run, "status": "failed", "error": msg, "traceback": traceback.format_exc(),
                 "run_seconds": time.perf_counter() - t0}
