@@ -389,6 +389,9 @@ def place_cpsat(layout: TypeLayout, widths, previous, time_limit: float = 1.0, s
     Objective (B = #continuing units + 1 so spans dominate):
         B·Σ y + Σ_u (1 − keep[u]) + Σ_g (c1_g − kept1_g).
     """
+    from optsched.extras import require
+
+    require("ortools", "placement cpsat")  # every round, not only those the greedy cannot settle
     greedy = _scored(layout, _greedy(layout, widths, previous, consolidate=True), previous)
     lower = sum(layout.min_servers(int(w)) for w in widths)
     if greedy.spans == lower and greedy.migrations == 0:

@@ -165,3 +165,16 @@ def test_a_sweep_run_that_needs_a_missing_extra_fails_naming_it(monkeypatch):
                    "options": {}, "policy": "fifo"})
     assert out["status"] == "failed"
     assert out["error"] == "MissingExtra: the run needs the 'goodput' extra: pip install 'optsched[goodput]'"
+
+
+def test_cpsat_placement_without_ortools_names_the_milp_extra_in_any_round(monkeypatch):
+    """Without OR-Tools, cpsat failed only in rounds the greedy could not settle (a raw ModuleNotFoundError)."""
+    import numpy as np
+
+    from optsched.model import Cluster
+    from optsched.placement import Layout, place
+
+    monkeypatch.setitem(sys.modules, "ortools", None)
+    layout = Layout.from_cluster(Cluster(gpus={"v100": 8})).types["v100"]
+    with pytest.raises(MissingExtra, match=r"^placement cpsat needs the 'milp' extra"):
+        place(layout, np.array([1]), [None], policy="cpsat")
