@@ -36,7 +36,7 @@ class ServerProcess:
 
     def start(self) -> "ServerProcess":
         exe = Path(sys.executable).with_name("optsched")
-        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "optsched.cli"]
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "optsched"]
         cmd += ["serve", "--port", str(self.port), "--db", self.db, *self.args]
         env = dict(os.environ)
         env.pop("OPTSCHED_TOKEN", None)
