@@ -76,3 +76,31 @@ def test_up_is_idempotent_and_down_stops_only_its_daemons(tmp_path):
     assert not any(c.status()["daemons"].values())
     assert c.down() == []  # idempotent
     shutil.rmtree(d, ignore_errors=True)
+
+
+@needs_slurm
+def test_a_missing_slurm_conf_is_named_at_once(tmp_path):
+    with pytest.raises(OptschedError, match=f"SLURM_CONF: {tmp_path}/none.conf: no such file"):
+        require_slurm({"SLURM_CONF": str(tmp_path / "none.conf")})
+
+
+def test_agent_options_are_checked_before_slurm_is_asked(tmp_path):
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+
+    table = tmp_path / "t.json"
+    cases = {'{"m": {"v100": "x"}}': "--throughputs: m.v100: must be a number, got 'x'",
+             '{"m": {"v100": 0}}': "--throughputs: m.v100: must be",
+             '["m"]': "--throughputs: must be a JSON object"}
+    for text, message in cases.items():
+        table.write_text(text)
+        r = CliRunner().invoke(app, ["slurm", "--db", str(tmp_path / "a.db"), "--throughputs", str(table)])
+        assert r.exit_code == 2 and message in r.output, r.output
+    for args, message in ((["--round-length", "0"], "--round-length: must be >= 0.05"),
+                          (["--rounds", "0"], "--rounds: must be >= 1")):
+        r = CliRunner().invoke(app, ["slurm", "--db", str(tmp_path / "a.db"), *args])
+        assert r.exit_code == 2 and message in r.output, r.output
+    r = CliRunner().invoke(app, ["slurm", "status", "--db", str(tmp_path / "none.db")])
+    assert r.exit_code == 2 and "--db: " in r.output and "no such file" in r.output
+    assert not (tmp_path / "a.db").exists()  # refused before any state was made

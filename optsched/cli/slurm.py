@@ -69,7 +69,10 @@ def agent_command(
             table = loads_unique(f.read())
         if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
             raise OptschedError("--throughputs: must be a JSON object {model: {gpu_type: steps/s}}")
-    require_slurm()
+        for model, row in table.items():
+            for t, v in row.items():
+                check_number(f"--throughputs: {model}.{t}", v, 0, 1e12, lo_open=True)
+    require_slurm(_env(slurm_conf))
     from optsched.policy import policy_names
 
     if policy not in policy_names():

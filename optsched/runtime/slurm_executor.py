@@ -114,7 +114,7 @@ class SlurmExecutor:
             raise OptschedError("--cluster: the slurm executor reads the cluster from scontrol show nodes")
         if address:
             raise OptschedError("--address: the slurm executor reaches Slurm through $SLURM_CONF, not an address")
-        require_slurm()
+        require_slurm(env)
         self.env = dict(env or {})
         self.run_id = run_id
         self.real_gpus = False

@@ -48,10 +48,15 @@ def missing_programs() -> list[str]:
     return [p for p in NEEDED if shutil.which(p, path=path) is None]
 
 
-def require_slurm() -> None:
+def require_slurm(env: dict | None = None) -> None:
+    """Slurm's programs are installed, and the configuration named by SLURM_CONF (``env``'s, else
+    the process's) exists: Slurm's commands would retry a missing one for a minute."""
     miss = missing_programs()
     if miss:
         raise OptschedError(f"slurm: {', '.join(miss)} not installed ({INSTALL_HINT})")
+    conf = (env or {}).get("SLURM_CONF") or os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        raise OptschedError(f"SLURM_CONF: {conf}: no such file (optsched slurm cluster up prints the line to use)")
 
 
 def _prog(name: str) -> str:
