@@ -6,6 +6,7 @@ Gavel-style solves agree with ours). Nothing here is timed: speed is the bench's
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 
 import numpy as np
@@ -92,6 +93,15 @@ def test_reference_stops_at_its_budget_and_the_ratio_uses_the_same_instances():
     assert row.objective == 3.0 and row.util_p50 == 1.0 and row.ref_util_p50 == 0.5 and row.status == "optimal"
     row = run_spec(spec, Context(instances=4, memory=False))
     assert row.ref_instances == 4 and "budget" not in row.note
+
+    def flaky(inst):  # a reference that fails on one instance (as ECOS can) does not end the run
+        if inst == 2:
+            raise ArithmeticError("solver failed")
+        return ref(inst)
+
+    row = run_spec(dataclasses.replace(spec, ref=flaky), Context(instances=3, memory=False))
+    assert row.ref_instances == 3 and "reference failed on 1 (ArithmeticError)" in row.note
+    assert np.isfinite(row.gap_p50) and np.isfinite(row.ref_p50)
 
 
 def test_spread_gap_and_utilization():

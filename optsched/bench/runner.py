@@ -140,7 +140,7 @@ def run_spec(spec: Spec, ctx: Context) -> BenchRow:
         ours.append(s)
         outs.append(s.out)
         if spec.ref is not None and ref_cpu <= ctx.ref_budget:
-            r = timed(lambda: spec.ref(inst), 1)
+            r = timed(lambda: _guarded(spec.ref, inst), 1)
             ref_cpu += r.cpu
             refs.append((i, r))
             ref_outs.append(r.out)
@@ -156,6 +156,15 @@ def run_spec(spec: Spec, ctx: Context) -> BenchRow:
     if ctx.memory and row.cpu_max <= MEMORY_SKIP_SECONDS:
         row.peak_mb = _peak_mb(lambda: spec.ours(spec.draw(ctx.seed)))
     return row
+
+
+def _guarded(ref: Callable[[object], Outcome], inst) -> Outcome:
+    """A reference that fails on an instance (ECOS's numerical failures, a MILP's time limit)
+    counts as failed there (NaN objective, counted in the note), not as the end of the run."""
+    try:
+        return ref(inst)
+    except Exception as e:  # noqa: BLE001 — the references are other people's methods
+        return Outcome(NAN, f"failed: {type(e).__name__}")
 
 
 def _fill_ours(row: BenchRow, ours: list, outs: list) -> None:
@@ -174,17 +183,19 @@ def _fill_ours(row: BenchRow, ours: list, outs: list) -> None:
 
 def _fill_ref(row: BenchRow, spec: Spec, ours: list, refs: list, outs: list) -> None:
     row.reference, row.ref_instances = spec.ref_label, len(refs)
-    if not refs:
-        return
-    row.ref_p50, row.ref_p99, row.ref_max = spread(r.cpu for _, r in refs)
-    row.ref_wall_p50 = spread(r.wall for _, r in refs)[0]
-    paired = statistics.median(ours[i].cpu for i, _ in refs)
-    row.speedup = row.ref_p50 / paired if paired > 0 else NAN
-    gaps = [gap(outs[i].objective, r.out.objective, spec.maximize) for i, r in refs]
-    row.gap_p50, _, row.gap_max = spread(gaps)
-    row.ref_util_p50 = spread(r.out.utilization for _, r in refs)[0]
-    if len(refs) < row.instances:
-        row.note += ("; " if row.note else "") + f"reference on the first {len(refs)} (CPU budget)"
+    failed = [r.out.status for _, r in refs if r.out.status.startswith("failed")]
+    refs = [(i, r) for i, r in refs if not r.out.status.startswith("failed")]  # times of solves that ended
+    notes = [f"reference failed on {len(failed)} ({failed[0][8:]})"] if failed else []
+    if refs:
+        row.ref_p50, row.ref_p99, row.ref_max = spread(r.cpu for _, r in refs)
+        row.ref_wall_p50 = spread(r.wall for _, r in refs)[0]
+        paired = statistics.median(ours[i].cpu for i, _ in refs)
+        row.speedup = row.ref_p50 / paired if paired > 0 else NAN
+        row.gap_p50, _, row.gap_max = spread(gap(outs[i].objective, r.out.objective, spec.maximize) for i, r in refs)
+        row.ref_util_p50 = spread(r.out.utilization for _, r in refs)[0]
+    if row.ref_instances < row.instances:
+        notes.append(f"reference on the first {row.ref_instances} (CPU budget)")
+    row.note = "; ".join([row.note] * bool(row.note) + notes)
 
 
 def _peak_mb(fn) -> float:
@@ -408,7 +419,7 @@ def stream_case(policy: str, gpus: int, jobs: int, rounds: int = 50, source: str
         solve = _config_ours(policy)
         for r, inst in enumerate(rounds_of(rounds, lambda inst: _record(ours, outs, timed(lambda: solve(inst))))):
             if ref_cpu <= ctx.ref_budget:
-                s = timed(lambda: ref(inst))
+                s = timed(lambda: _guarded(ref, inst))
                 ref_cpu += s.cpu
                 refs.append((r, s))
             if r % 10 == 9:
