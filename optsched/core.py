@@ -104,8 +104,7 @@ class RoundRules:
         from optsched.pop import check_partitions
 
         check_partitions(self.policy, self.partitions, self.packing, f"{where}partitions")
-        if self.packing:
-            check_packing(self.policy, self.packing)
+        check_packing(self.policy, self.packing, f"{where}packing")
 
 
 # ---------------------------------------------------------------- admission

@@ -523,7 +523,8 @@ def test_run_refuses_packing_by_name_and_checks_the_cores_options(tmp_path):
     for args, field in ((["--packing"], "--packing"), (["--admission", "lifo"], "--admission"),
                         (["--load-factor", "2"], "--load-factor"), (["--partitions", "0"], "--partitions"),
                         (["--policy", "fifo", "--partitions", "2"], "--partitions"),
-                        (["--loss-threshold", "0.1"], "--loss-threshold")):
+                        (["--loss-threshold", "0.1"], "--loss-threshold"),
+                        (["--restart-overhead", "30"], "--restart-overhead"), (["--time-limit", "0"], "--time-limit")):
         res = CliRunner().invoke(app, ["run", str(trace), "--cluster", "slot=1", "--quiet", *args])
         assert res.exit_code == 2, (args, res.output)
         assert res.output.strip().splitlines()[-1].startswith(f"Error: {field}") or field in res.output, res.output

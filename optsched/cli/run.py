@@ -50,6 +50,8 @@ def run_command(
                                 "its checkpoint there."),
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary run folder (checkpoints, output.log)."),
     solver: str = COMMON["solver"],
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Solver seconds per recomputation."),
+    restart_overhead: Optional[str] = typer.Option(None, "--restart-overhead", hidden=True),
     min_recompute_interval: float = COMMON["min_interval"],
     recompute_every: Optional[int] = COMMON["every"],
     admission: str = COMMON["admission"],
@@ -83,6 +85,10 @@ def run_command(
     number("--min-recompute-interval", min_recompute_interval, 0.0, 1e9, unit="s")
     number("--recompute-every", recompute_every, 1, 1_000_000)
     number("--partitions", partitions, 1, 1024)
+    number("--time-limit", time_limit, 0.0, 1e6, unit="s", lo_open=True)
+    if restart_overhead is not None:  # (simulate's model of what is real here)
+        raise OptschedError("--restart-overhead: a real run pays its jobs' real restarts (measured: the summary's "
+                            "restart_overhead_*); --migration-cost tells the allocator what a move costs")
     if resume and run_dir is None:
         raise OptschedError("--resume: needs --run-dir (the folder of the run to continue)")
     if keep and run_dir is not None:
@@ -103,7 +109,7 @@ def run_command(
             if not eq:
                 raise OptschedError(f"--slot-speed: {part!r} is not TYPE=SPEED")
     cfg = RunConfig(slot_speed=speeds, policy=policy, round_length=round_length, grace=grace, placement=placement, seed=seed,
-                    max_time=max_time, throughputs=throughputs, solver=solver,
+                    max_time=max_time, throughputs=throughputs, solver=solver, time_limit=time_limit,
                     min_recompute_interval=min_recompute_interval, recompute_every=recompute_every,
                     admission=admission, load_factor=load_factor, partitions=partitions, packing=packing,
                     policy_options=policy_options,

@@ -781,12 +781,8 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     if cfg.policy not in POLICIES and cfg.policy not in policy_names():  # plugins (entry points) too
         raise OptschedError(f"policy: unknown policy {cfg.policy!r} (choose from {', '.join(policy_names())})")
     # time_limit and max_jobs above the server's limits are capped where they are used.
-    from optsched.pop import check_partitions
-
-    check_partitions(cfg.policy, cfg.partitions, cfg.packing, "partitions")
-    from optsched.policy import check_packing
-
-    check_packing(cfg.policy, cfg.packing)  # at creation, not as a failure of every round
+    # The core's own checks of its rules (POP, packing), at creation, not as a failure of every round.
+    RoundRules(cfg.policy, packing=cfg.packing, partitions=cfg.partitions).check("")
     from optsched.policy import check_prices_for
 
     check_prices_for(cfg.policy, cfg.cluster.gpus, cfg.cluster.price_per_hour)  # (the same)
