@@ -19,7 +19,7 @@ from collections import Counter
 
 import pytest
 
-from optsched.model import Cluster, Server
+from optsched.model import Cluster, OptschedError, Server
 from optsched.runtime.workloads.regression import digest, train
 from optsched.slurm import cli as scli
 from optsched.slurm.agent import (AgentDB, ContractError, decision_of, parse_contract, replay, requested_gpus,
@@ -286,3 +286,30 @@ def test_decision_of_keeps_what_the_twin_compares():
     d = {"round": 1, "time": 2.0, "placement": {}, "started": [], "preempted": [], "migrated": [], "queued": [],
          "recomputed": True, "solve_seconds": 0.01, "note": ""}
     assert set(decision_of(d)) == {"round", "time", "placement", "started", "preempted", "migrated", "queued"}
+
+
+@needs_slurm
+def test_a_restart_on_a_changed_cluster_says_so_and_keeps_the_recorded_one(cluster, tmp_path):
+    import io
+
+    from optsched.service.session import Session
+    from optsched.service.store import Store
+    from optsched.slurm.agent import Agent, AgentConfig, session_config
+
+    db = str(tmp_path / "agent.db")
+    cfg = AgentConfig(db=db, round_length=5.0, env=cluster.env)
+    small = Cluster(gpus={"v100": 4}, servers=[Server(id="n0", gpu_type="v100", gpus=4)])
+    store = Store(db)
+    Session.create(session_config(cfg, small), store)
+    store.close()
+    adb = AgentDB(db)
+    adb.set_meta("session_config", session_config(cfg, small))
+    adb.close()
+    out = io.StringIO()
+    agent = Agent(cfg, out=out)
+    agent.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and "the cluster changed since" in lines[0] and "v100=8, k80=8 now" in lines[0]
+    assert agent.cluster == small
+    with pytest.raises(OptschedError, match="this agent ran with --policy max_min_fairness"):
+        Agent(AgentConfig(db=db, policy="las", round_length=5.0, env=cluster.env))

@@ -351,13 +351,24 @@ class Agent:
     """One agent process. ``run()`` loops; ``step()`` is one round (tests drive it)."""
 
     def __init__(self, cfg: AgentConfig, out=None):
-        from optsched.service.session import NotFound, Session
         from optsched.service.store import Store
 
         self.cfg = cfg
         self.out = out or sys.stderr
+        self.wait = 0.25  # seconds between retries while slurmctld does not answer
+        self._stop = lambda: False
         self.store = Store(cfg.db)
         self.adb = AgentDB(cfg.db)
+        try:
+            self._open(cfg)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, cfg: AgentConfig) -> None:
+        """The session and the cluster: created on first use, else loaded and checked."""
+        from optsched.service.session import NotFound, Session
+
         config = self.adb.meta("session_config")
         if config is None:
             cluster = self._retry(lambda: cluster_from_slurm(cfg.env, cfg.partition))
@@ -373,10 +384,13 @@ class Agent:
                 raise OptschedError(f"--db {cfg.db}: this agent ran with --policy {config['policy']} and "
                                     f"--round-length {config['round_length']:g}; start a new database to change them")
             self.session = Session.load(SESSION_ID, self.store)
+            now = self._retry(lambda: cluster_from_slurm(cfg.env, cfg.partition))
+            if now.model_dump(mode="json", exclude_none=True) != config["cluster"]:
+                print(f"optsched slurm: the cluster changed since {cfg.db} was created "
+                      f"({', '.join(f'{t}={c}' for t, c in now.gpus.items())} now); decisions keep the recorded "
+                      "one (start a new database to use the new one)", file=self.out, flush=True)
         self.cluster = Cluster.model_validate(config["cluster"])
         self._probe_config = {**config, "session_id": "probe"}
-        self.wait = 0.25  # seconds between retries while slurmctld does not answer
-        self._stop = lambda: False
 
     # -- helpers ---------------------------------------------------------------
     def _retry(self, fn, patience: float = 300.0):
