@@ -464,6 +464,8 @@ LEVEL_GROUPS = 16  # cut groups (measured at 1k-10k × 3-5: 8-32 alike, 64 slowe
 LEVEL_JOBS_PER_GROUP = 1000  # more groups for more jobs (100k × 5: 16 groups left a 3e-6 gap after 60 rounds)
 LEVEL_MAX_GROUPS = 128
 LEVEL_ROUNDS = 60  # cutting-plane rounds per level (measured: 7-31 to a 1e-9 gap)
+LEVEL_ADJUST = 8  # first round: this many price adjustments q ← q (load_j / q·load)^STEP, each a cut
+LEVEL_ADJUST_STEP = 0.5  # (measured 1k-10k × 3-5: master rounds 15 → 10; step 1 oscillates, 12 steps gain nothing)
 LEVEL_STEPS = 6  # Newton steps on the level
 LEVEL_TOL = 1e-9  # relative gap of u(z) and of u(z) = 1
 LEVEL_START = 1e-3  # the first level, × the largest: no time row binds, so the prices are those of u(1)
@@ -545,13 +547,19 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
     master = _CutMaster(k, groups)
     best_lb, best_q, best = -np.inf, q, None
     queries, unit = [q], None
-    for _ in range(LEVEL_ROUNDS):
+    for r in range(LEVEL_ROUNDS):
         cuts = []
         for q in queries:
             lb, cut, chosen = pricing.at(q)
             if lb > best_lb:
                 best_lb, best_q, best = lb, q, chosen
             cuts.append(cut)
+            if r == 0 and len(cuts) <= LEVEL_ADJUST:  # prices moved towards balanced loads: cheap first cuts
+                load = cut.sum(axis=0)
+                nxt = q * (load / max(float(q @ load), 1e-300)) ** LEVEL_ADJUST_STEP
+                nxt = np.maximum(nxt / max(float(nxt.sum()), 1e-300), 1e-6 / k)  # (a type nobody uses keeps a price)
+                if np.all(np.isfinite(nxt)):
+                    queries.append(nxt / nxt.sum())
         if unit is None:  # the master's values near `groups` (HiGHS's tolerances are absolute)
             unit = groups / max(best_lb, 1e-300)
         master.add(np.concatenate(cuts) * unit)
@@ -573,7 +581,7 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
     return best_lb, best_q, float((g[need] * marginal).sum()), reach
 
 
-_INOUT = (0.5,)
+_INOUT = (0.5,)  # in-out points between the master's prices and the best so far (more: a slower model)
 KEEP_CUTS = 6  # rows per group the cut model keeps (the others: only cuts that bind)
 
 
