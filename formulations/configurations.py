@@ -272,7 +272,7 @@ def _highs_model(u: np.ndarray, A, row_upper: np.ndarray, integer: bool, col_upp
 
 
 def _run_highs(lp, time_limit: float, mip: bool, start: np.ndarray | None = None, rel_gap: float = MIP_REL_GAP,
-               nodes: int | None = None, target: float | None = None):
+               nodes: int | None = None, target: float | None = None, presolve: bool = True):
     """(status, y or None, objective) — never raises for solver trouble. Deterministic: one
     thread, a fixed seed, and work limits (``nodes``); ``time_limit`` (wall clock) is the
     caller's safety net only, and the status says when it fired."""
@@ -287,6 +287,8 @@ def _run_highs(lp, time_limit: float, mip: bool, start: np.ndarray | None = None
         h.setOptionValue("mip_rel_gap", float(rel_gap))
         if nodes is not None:
             h.setOptionValue("mip_max_nodes", int(nodes))
+        if not presolve:  # a quick probe for a target answer: presolve can cost more than the probe
+            h.setOptionValue("presolve", "off")
         if target is not None:  # stop at the first answer worth this much (HiGHS minimizes −u)
             h.setOptionValue("objective_target", -float(target))
     try:
@@ -357,7 +359,7 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
             first_cut = (_value(prev, U), np.bincount(cfg.gpu_type[prev[on]], weights=cfg.gpus[prev[on]], minlength=k))
     pi, bound, lower, evals = lagrangian_prices(p, first_cut)
     tol = rel_gap * max(abs(bound), 1.0)
-    timed_out = False
+    timed_out = proved = False
     _, _, _, val, best_rc, _ = p.respond(pi)
     loss = best_rc[p.m] - val  # each pair's loss at the prices (its reduced cost), ≥ 0
     # 1) best responses, exact ties decided by the class MILP, then each type's free GPUs filled exactly
@@ -366,9 +368,10 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     if ch is not None:
         candidates += [ch, _fill_exact(ch, p, pi, bound, U, cfg)]
     # 2) a certified answer loses at most tol at the prices, so no pair losing more is in one:
-    #    MILPs over the pairs losing at most tol/4, then tol (each stopped at the first
-    #    certified answer, a few hundred nodes each), then the exact reduced-cost fixing: a
-    #    pair losing more than bound − incumbent is in no better answer.
+    #    MILPs over the pairs losing at most tol/4, then tol (each stopped at the first certified
+    #    answer or after LADDER_NODES nodes), then exact reduced-cost fixing: a pair losing more than
+    #    bound − incumbent is in no better answer, so that MILP solved to optimality proves
+    #    its answer optimal even where an integrality gap exceeds tol.
     for frac in LADDER:
         inc = max(candidates, key=lambda ch: _value(ch, U)) if candidates else np.full(n, -1)
         gap = bound - _value(inc, U)
@@ -379,14 +382,22 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
         within = np.all((inc < 0) | np.isin(inc * n + np.arange(n), (p.c * n + p.m)[allowed]))
         ch, status = _class_milp(p, allowed, best_rc <= budget + 1e-12, cfg, left(), target=bound - tol,
                                  start=inc if within else None,
-                                 nodes=LADDER_NODES if frac is not None else RC_MILP_NODES)
+                                 nodes=LADDER_NODES if frac is not None else RC_MILP_NODES,
+                                 rel_gap=0.0 if frac is not None else rel_gap, presolve=frac is None or frac >= 1)
         if ch is not None and _fits(ch, cfg, capacity):
             candidates.append(ch)
         timed_out = status == "time_limit"
+        # the last rung is exact: solved to within rel_gap of its own bound (HiGHS; the fixed
+        # jobs' values are positive, so that is within rel_gap of the optimum), its answer or the
+        # incumbent is that close to the optimum even when an integrality gap keeps it farther
+        # than tol from the LP bound
+        proved = frac is None and status == "optimal" and ch is not None
     best = max(candidates, key=lambda ch: _value(ch, U)) if candidates else np.full(n, -1)
     value = _value(best, U)
-    extra = {"dual_evaluations": evals, "dual_gap": bound - lower}
-    if bound - value <= tol:
+    extra = {"dual_evaluations": evals, "dual_gap": bound - lower,
+             "proof": "within the gap of the bound" if bound - value <= tol else
+             "reduced-cost fixing solved within the gap" if proved else None}
+    if bound - value <= tol or proved:
         return Assignment(best, value, "optimal", time.perf_counter() - t0, bound, extra)
     if not timed_out and left() > 0:
         jobs, cap = _incidence(n, k, m, c, cfg)
@@ -521,8 +532,8 @@ DUAL_EVALUATIONS = 300  # Kelley evaluations (each O(pairs))
 DUAL_TOL = 1e-10  # relative: stop once min D − the master's bound is below this
 TIE = 1e-9  # pairs within this (relative to the largest utility) of a job's best response are tied
 TIE_MILP_NODES = 2_000  # branch-and-bound nodes of the tie MILP
-LADDER = (1 / 4, 1.0, None)  # loss budgets (× tol; None: the incumbent's gap)
-LADDER_NODES = 100  # nodes of each budgeted MILP
+LADDER = (1 / 4, 1.0, None)  # loss budgets (× tol; None: the incumbent's gap, exact)
+LADDER_NODES = 50  # nodes of each budgeted MILP
 RC_MILP_NODES = 5_000  # nodes of the MILP over the pairs reduced-cost fixing leaves
 FULL_MILP_NODES = 20_000  # nodes of the last-resort full MILP
 
@@ -604,7 +615,7 @@ def lagrangian_prices(p: Pairs, start=None, evaluations: int = DUAL_EVALUATIONS,
 
 def _class_milp(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configurations, time_limit: float,
                 target: float | None = None, start: np.ndarray | None = None, nodes: int = TIE_MILP_NODES,
-                force: bool = True):
+                force: bool = True, rel_gap: float = 0.0, presolve: bool = True):
     """max Σ u over the ``allowed`` pairs (each job one of them, or none where ``none_ok``),
     within the capacities: jobs with one allowed pair and no 'none' keep it; the others are
     a MILP in which identical jobs (same allowed pairs at the same values, same 'none')
@@ -656,7 +667,7 @@ def _class_milp(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configu
         for mm in jobs[start[jobs] >= 0]:
             x0[pos[int(inv[np.searchsorted(jobs, mm)] * C + start[mm])]] += 1
     fixed_value = float(p.u[forced].sum())
-    status, x, _ = _run_highs(lp, time_limit, mip=True, rel_gap=0.0, nodes=nodes, start=x0,
+    status, x, _ = _run_highs(lp, time_limit, mip=True, rel_gap=rel_gap, nodes=nodes, start=x0, presolve=presolve,
                               target=None if target is None else target - fixed_value)
     if x is None:
         return None, status
