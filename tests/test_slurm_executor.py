@@ -124,3 +124,35 @@ def test_the_slurm_executor_refuses_a_cluster_spec_and_an_address(cluster, monke
     assert make_executor("slurm").cluster.gpus == {"v100": 8, "k80": 8}
     with pytest.raises(OptschedError, match=r"unknown executor 'slurmm' \(choose from local, ray, slurm\)"):
         make_executor("slurmm")
+
+
+def test_the_slurm_runtime_matches_the_simulation_of_the_same_jobs_within_10_percent(tmp_path):
+    """The one-core check of tests/test_one_core.py with Slurm jobs (issue 28's acceptance): the same 6
+    real jobs on one 2-GPU Slurm node, average JCT within 10 % of the simulator's for the same jobs at
+    the speeds they measured and the restart overhead measured (a Slurm start included)."""
+    from test_one_core import REAL_TRACE
+
+    from optsched.runtime.slurm_executor import SlurmExecutor
+    from optsched.sim import simulate
+    from optsched.traces.io import read_trace
+
+    c = from_dir("/tmp/optsched-slurm-tests-jct", nodes="v100=1", gpus=2, port=17700)
+    c.down()
+    c.up()
+    try:
+        trace = tmp_path / "real.csv"
+        trace.write_text(REAL_TRACE)
+        sticky = {"migration_cost": 3.0}
+        cfg = RunConfig(round_length=3.0, throughputs="trace", max_time=600.0, allocator_options=sticky)
+        real = run(str(trace), SlurmExecutor(env=c.env), cfg, run_dir=str(tmp_path / "run"))
+    finally:
+        c.down()
+        shutil.rmtree(c.dir, ignore_errors=True)
+    assert real.summary["jobs_completed"] == 6 and real.summary["preemptions"] > 0, real.jobs
+    real.write(tmp_path / "out")
+    measured = read_trace(tmp_path / "out" / "measured_trace.csv")
+    overhead = float(real.summary["restart_overhead_mean"])
+    sim = simulate(measured, "v100=2", policy="max_min_fairness", round_length=3.0, restart_overhead=overhead,
+                   allocator_options=sticky)
+    avg_real, avg_sim = real.summary["avg_jct"], float(sim.jobs["jct"].mean())
+    assert abs(avg_real - avg_sim) <= 0.10 * avg_sim, (avg_real, avg_sim, overhead)
