@@ -99,6 +99,7 @@ def test_the_solve_path_allocator_and_client_run_without_any_extra(tmp_path):
     (["pandas"], ["sweep", "gavel", "--policies", "fifo"], "sim"),
     (["pandas"], ["report", "."], "sim"),
     (["cvxpy"], ["solve", "--policy", "hadar"], "milp"),
+    (["cvxpy"], ["bench", "--quick"], "bench"),
 ])
 def test_a_command_without_its_extra_names_it_in_one_line(blocked, args, extra, tmp_path):
     r = cli_blocked(blocked, args, tmp_path)

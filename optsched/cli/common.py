@@ -113,6 +113,10 @@ class OneLineErrors(TyperGroup):
             err = missing(command, e)
             if err is None:
                 raise
+            if ctx.invoked_subcommand == "bench":  # its cases need several extras: the one that brings them all
+                from optsched.extras import message
+
+                err = message(command, "bench")
             err_console.print(f"[bold red]error:[/] {_one_line(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
