@@ -110,12 +110,9 @@ def requested_gpus(tres: str) -> tuple[str | None, int] | None:
     return None
 
 
-def parse_contract(row: dict, cluster: Cluster, table: dict) -> dict:
-    """The session's JobSpec (as a dict) for a squeue row; ContractError naming what is wrong."""
-    comment = row.get("comment") or ""
-    if comment in ("(null)",):
-        comment = ""
-    text = comment.strip()
+def contract_fields(comment: str) -> dict[str, str]:
+    """``optsched: throughput=v100:2,k80:1 steps=10`` → {"throughput": ..., "steps": ...}."""
+    text = "" if comment in ("(null)", None) else comment.strip()
     if not text.startswith(CONTRACT):
         raise ContractError(f"no '{CONTRACT} ...' comment (throughput=TYPE:STEPS_PER_S,... or model=NAME)")
     fields: dict[str, str] = {}
@@ -124,12 +121,11 @@ def parse_contract(row: dict, cluster: Cluster, table: dict) -> dict:
         if not eq or key not in CONTRACT_KEYS:
             raise ContractError(f"comment: {tok!r} is not one of {', '.join(k + '=' for k in CONTRACT_KEYS)}")
         fields[key] = value
-    req = requested_gpus(row.get("tres", ""))
-    if req is None:
-        raise ContractError("asks for no GPU (submit with --gres=gpu:N)")
-    want_type, count = req
-    if row.get("node_count", "1") not in ("1", ""):
-        raise ContractError(f"asks for {row['node_count']} nodes; the agent places one-node jobs")
+    return fields
+
+
+def contract_rates(fields: dict[str, str], table: dict) -> dict[str, float]:
+    """Steps/s per GPU type: the comment's ``throughput=``, else the table's row for ``model=``."""
     if "throughput" in fields:
         thr = {}
         for part in fields["throughput"].split(","):
@@ -141,18 +137,30 @@ def parse_contract(row: dict, cluster: Cluster, table: dict) -> dict:
             if not colon or not t or not math.isfinite(rate) or rate <= 0:
                 raise ContractError(f"comment: throughput {part!r} is not TYPE:STEPS_PER_S with a positive rate")
             thr[t] = rate
-    elif "model" in fields:
+        return thr
+    if "model" in fields:
         if fields["model"] not in table:
             raise ContractError(f"comment: model {fields['model']!r} is not in the agent's throughput table")
-        thr = {t: float(v) for t, v in table[fields["model"]].items()}
-    else:
-        raise ContractError("comment: give throughput=TYPE:STEPS_PER_S,... or model=NAME")
-    if want_type is not None:
+        return {t: float(v) for t, v in table[fields["model"]].items()}
+    raise ContractError("comment: give throughput=TYPE:STEPS_PER_S,... or model=NAME")
+
+
+def parse_contract(row: dict, cluster: Cluster, table: dict) -> dict:
+    """The session's JobSpec (as a dict) for a squeue row; ContractError naming what is wrong."""
+    fields = contract_fields(row.get("comment") or "")
+    req = requested_gpus(row.get("tres", ""))
+    if req is None:
+        raise ContractError("asks for no GPU (submit with --gres=gpu:N)")
+    want_type, count = req
+    if row.get("node_count", "1") not in ("1", ""):
+        raise ContractError(f"asks for {row['node_count']} nodes; the agent places one-node jobs")
+    thr = contract_rates(fields, table)
+    if want_type is not None:  # a typed --gres: only that type (Slurm cannot change it)
         if want_type not in cluster.gpus:
             raise ContractError(f"asks for GPU type {want_type!r}, which no node has ({', '.join(cluster.gpus)})")
-        thr = {want_type: thr.get(want_type, 0.0)}
-        if not thr[want_type]:
+        if not thr.get(want_type):
             raise ContractError(f"asks for GPU type {want_type!r} but its throughput names no rate for it")
+        thr = {want_type: thr[want_type]}
     usable = {t: v for t, v in thr.items() if t in cluster.gpus}
     if not usable:
         raise ContractError(f"names GPU types {', '.join(sorted(thr))}, which no node has ({', '.join(cluster.gpus)})")
