@@ -24,7 +24,7 @@ from optsched.runtime.workloads.regression import digest, train
 from optsched.slurm import cli as scli
 from optsched.slurm.agent import (AgentDB, ContractError, decision_of, parse_contract, replay, requested_gpus,
                                   results)
-from optsched.slurm.localcluster import from_dir, unavailable_reason
+from optsched.slurm.localcluster import fresh, unavailable_reason
 
 REASON = unavailable_reason()
 REGRESSION = os.path.join(os.path.dirname(os.path.abspath(train.__code__.co_filename)), "regression.py")
@@ -76,14 +76,9 @@ def script(ticks: int) -> str:
 
 @pytest.fixture(scope="module")
 def cluster():
-    d = "/tmp/optsched-slurm-tests-agent"
-    c = from_dir(d, nodes="v100=2,k80=2", gpus=4, port=17300)
-    c.down()
-    shutil.rmtree(d, ignore_errors=True)
-    c.up()
+    c = fresh("/tmp/optsched-slurm-tests-agent", port=17300)  # 2 v100 + 2 k80 nodes, 4 GPUs each
     yield c
-    c.down()
-    shutil.rmtree(d, ignore_errors=True)
+    c.remove()
 
 
 def _sbatch(c, work: str, name: str, gpus: str, comment: str | None, ticks: int = 10) -> str:

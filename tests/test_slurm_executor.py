@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pytest
 
-from optsched.slurm.localcluster import from_dir, unavailable_reason
+from optsched.slurm.localcluster import fresh, unavailable_reason
 
 REASON = unavailable_reason()
 pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""),
@@ -33,14 +33,9 @@ GPUS = (1, 2, 4, 1, 2, 1, 4, 2, 1, 1, 2, 4, 1, 2, 1, 1, 4, 2, 1, 2)
 
 @pytest.fixture(scope="module")
 def cluster():
-    d = "/tmp/optsched-slurm-tests-exec"
-    c = from_dir(d, nodes="v100=2,k80=2", gpus=4, port=17500)
-    c.down()
-    shutil.rmtree(d, ignore_errors=True)
-    c.up()
+    c = fresh("/tmp/optsched-slurm-tests-exec", port=17500)  # 2 v100 + 2 k80 nodes, 4 GPUs each
     yield c
-    c.down()
-    shutil.rmtree(d, ignore_errors=True)
+    c.remove()
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,9 +131,7 @@ def test_the_slurm_runtime_matches_the_simulation_of_the_same_jobs_within_10_per
     from optsched.sim import simulate
     from optsched.traces.io import read_trace
 
-    c = from_dir("/tmp/optsched-slurm-tests-jct", nodes="v100=1", gpus=2, port=17700)
-    c.down()
-    c.up()
+    c = fresh("/tmp/optsched-slurm-tests-jct", nodes="v100=1", gpus=2, port=17700)
     try:
         trace = tmp_path / "real.csv"
         trace.write_text(REAL_TRACE)
@@ -146,8 +139,7 @@ def test_the_slurm_runtime_matches_the_simulation_of_the_same_jobs_within_10_per
         cfg = RunConfig(round_length=3.0, throughputs="trace", max_time=600.0, allocator_options=sticky)
         real = run(str(trace), SlurmExecutor(env=c.env), cfg, run_dir=str(tmp_path / "run"))
     finally:
-        c.down()
-        shutil.rmtree(c.dir, ignore_errors=True)
+        c.remove()
     assert real.summary["jobs_completed"] == 6 and real.summary["preemptions"] > 0, real.jobs
     real.write(tmp_path / "out")
     measured = read_trace(tmp_path / "out" / "measured_trace.csv")

@@ -385,6 +385,11 @@ class LocalCluster:
         self.start_controller()
         self.wait_ready()
 
+    def remove(self) -> None:
+        """Stop it and delete its folder (a test's cluster)."""
+        self.down()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def status(self) -> dict:
         """{daemon: pid or None} and the nodes' states when the controller answers."""
         out = {"dir": self.dir, "conf": self.conf, "daemons": {d: self._pid(d) for d in self._daemons()}}
@@ -422,6 +427,14 @@ def from_dir(dir: str = DEFAULT_DIR, nodes: str | None = None, gpus: int | None 
     if port is not None:
         kw["port"] = port
     return LocalCluster(dir=os.path.abspath(dir), **kw)
+
+
+def fresh(dir: str, nodes: str = "v100=2,k80=2", gpus: int = DEFAULT_GPUS, port: int = DEFAULT_PORT) -> LocalCluster:
+    """A new cluster in ``dir`` (whatever ran there before is stopped and deleted), up."""
+    c = from_dir(dir, nodes, gpus, port)
+    c.remove()
+    c.up()
+    return c
 
 
 def main(argv=None) -> int:
