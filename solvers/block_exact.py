@@ -331,10 +331,14 @@ class _Master:
     mu: np.ndarray  # (e,)
 
 
-def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float, flood: float = FLOOD,
-              data: "_Data | None" = None):
-    """An optimal vertex from nearly optimal capacity prices and level, or None
-    (also when more than ``flood`` of the jobs would need rows of their own)."""
+def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float):
+    """An optimal vertex from nearly optimal capacity prices and level, or None."""
+    return _crossover(lp, price, level, slack, deadline)
+
+
+def _crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float, flood: float = FLOOD,
+               data: "_Data | None" = None):
+    """``crossover``; also None when more than ``flood`` of the jobs would need rows of their own."""
     t0 = time.perf_counter()
     d = _Data.of(lp) if data is None else data
     if d is None:
@@ -492,7 +496,7 @@ def level_search(lp, deadline: float, data: "_Data | None" = None):
         return None
     z, price = found
     for slack in LEVEL_SLACKS:
-        sol = crossover(lp, price, z, slack, deadline, LEVEL_FLOOD, d)
+        sol = _crossover(lp, price, z, slack, deadline, LEVEL_FLOOD, d)
         if sol is not None:
             return dataclasses.replace(sol, seconds=time.perf_counter() - t0, backend="prices+crossover")
     return None
