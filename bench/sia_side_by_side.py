@@ -25,6 +25,14 @@ printed too).
 
     python bench/sia_side_by_side.py --sia /work/peers/sia/sia-simulator --gpus 2048 --jobs 1024 --count 20
     python bench/sia_side_by_side.py --sia ... --gpus 2048 --jobs 1024 --rounds 50    # a stream with 2 % churn
+
+``--policy pollux``: Pollux's genetic algorithm as Sia's repository carries it
+(``pollux_unaware_fix.PolluxPolicyUnawareFix``, NSGA-II from pymoo 0.4: ``pip install
+--target /work/peers/pylib_pymoo pymoo==0.4.2.2``; its ``np.int``/``np.float`` are
+given back to numpy 2 here) beside our ``pollux`` on Pollux-profile rounds (one type of
+4-GPU T4 nodes); both allocations are scored by the GA's own ``Problem._evaluate``
+(the power mean of scaled speedups, p = -1, its restart factor), ours packed onto
+nodes first-fit decreasing.
 """
 
 from __future__ import annotations
@@ -161,6 +169,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sia", default="/work/peers/sia/sia-simulator")
     ap.add_argument("--pylib", default="/work/peers/pylib", help="where autograd is (pip install --target)")
+    ap.add_argument("--policy", choices=("sia", "pollux"), default="sia")
+    ap.add_argument("--pymoo", default="/work/peers/pylib_pymoo", help="where pymoo 0.4 is (pip install --target)")
     ap.add_argument("--gpus", type=int, default=2048)
     ap.add_argument("--jobs", type=int, default=1024)
     ap.add_argument("--count", type=int, default=20, help="independent cold rounds")
@@ -173,6 +183,8 @@ def main() -> None:
     from optsched.formulations import configurations as C
     from optsched.policy import solve_instance
 
+    if args.policy == "pollux":
+        return pollux_main(args)
     mods = load_sia(args.sia, args.pylib)
     p, lambda_n = -0.5, 1.1
     first = Stream("sia", args.gpus, args.jobs, args.seed, args.churn)
@@ -229,6 +241,123 @@ def main() -> None:
     print(f"  median ratio Sia/ours {ratio:.1f}x; Sia's objective, ours vs Sia's (minimized; < 0 = ours better): "
           f"worst {max(gaps):+.2e}, median {statistics.median(gaps):+.2e}; rounded-A worst {max(rgaps):+.2e}; "
           f"statuses {sorted(set(statuses))}")
+
+
+# -- Pollux's genetic algorithm --------------------------------------------------------------
+
+
+class _PolluxJob:
+    """What Pollux's Problem reads of a job (adaptdl's JobInfo)."""
+
+    def __init__(self, speedup_fn, cap, age, restarts, created):
+        self.resources = {"nvidia.com/gpu": 1}
+        self.speedup_fn = speedup_fn
+        self.creation_timestamp = created
+        self.attained_service = 0.0
+        self.min_replicas = 0
+        self.max_replicas = cap
+        self.preemptible = True
+        self.num_restarts = restarts
+        self.age = age
+
+
+class _PolluxNode:
+    def __init__(self, gpus):
+        self.resources = {"nvidia.com/gpu": gpus}
+        self.preemptible = False
+
+
+def _pack(counts, nodes_per_job, node_gpus, n_nodes):
+    """(jobs × nodes) replica counts for GPU counts per job: first fit decreasing, whole nodes first."""
+    state = np.zeros((len(counts), n_nodes), dtype=int)
+    free = np.full(n_nodes, node_gpus)
+    for m in np.argsort(-np.asarray(counts), kind="stable"):
+        left = int(counts[m])
+        for nd in range(n_nodes):
+            if left == 0:
+                break
+            if left >= node_gpus and free[nd] < node_gpus:
+                continue
+            take = min(left, free[nd])
+            state[m, nd] += take
+            free[nd] -= take
+            left -= take
+    return state
+
+
+def pollux_main(args) -> None:
+    np.int, np.float = int, float  # pymoo 0.4 and the GA name these numpy-1 aliases
+    sys.path.insert(0, args.sia)
+    for extra in (args.pylib, args.pymoo):
+        sys.path.append(extra)
+    import pollux_unaware_fix as ga
+    from goodput import GoodputFunction
+    from speedup import SpeedupFunction
+
+    from optsched.bench.profile_instances import Stream
+    from optsched.formulations import configurations as C
+    from optsched.policy import solve_instance
+
+    first = Stream("pollux", args.gpus, args.jobs, args.seed, args.churn)
+    total = args.rounds or args.count
+    insts = None if args.rounds else [first.instance] + [
+        Stream("pollux", args.gpus, args.jobs, args.seed + i, args.churn).instance for i in range(1, total)]
+    solve_instance(first.instance, "pollux")
+    ours_t, ga_t, gaps = [], [], []
+    policy = ga.PolluxPolicyUnawareFix(p_fairness=-1)
+    for r in range(total):
+        inst = first.instance if args.rounds else insts[r]
+        el = inst.elastic
+        S = int(el.server_gpus[0])
+        n_nodes = int(inst.capacity[0] // S)
+        if not args.rounds:
+            C.GOODPUT_CACHE.clear()
+        t = time.process_time()
+        ours = solve_instance(inst, "pollux")
+        ours_t.append(time.process_time() - t)
+        nodes = {f"n{i:05d}": _PolluxNode(S) for i in range(n_nodes)}
+        keys = list(nodes)
+        base = _pack(el.current_gpus[:, 0], None, S, n_nodes)
+        t = time.process_time()
+        jobs = {}
+        for m, jid in enumerate(inst.job_ids):
+            fn = GoodputFunction(el.params[m, 0], (el.grad_sqr[m], el.grad_var[m]), el.init_batch_size[m])
+            jobs[jid] = _PolluxJob(SpeedupFunction(fn, max_batch_size=el.max_batch_size[m],
+                                                   atomic_bsz_range=(el.min_local_bsz[m], el.max_local_bsz[m]),
+                                                   accumulation=True),
+                                   int(el.max_gpus[m]), float(inst.elapsed_time[m]), int(el.num_restarts[m]),
+                                   float(inst.arrival_time[m]))
+        base_alloc = {jid: [keys[nd] for nd in range(n_nodes) for _ in range(base[m, nd])]
+                      for m, jid in enumerate(inst.job_ids)}
+        with contextlib.redirect_stdout(io.StringIO()):
+            allocs, _ = policy.optimize(jobs, nodes, base_alloc, _PolluxNode(S))
+        ga_t.append(time.process_time() - t)
+        # both scored by the GA's own objective, jobs in our order
+        prob = ga.Problem(list(jobs.values()), list(nodes.values()), base, -1)
+        theirs = np.zeros_like(base)
+        index = {k: i for i, k in enumerate(keys)}
+        for m, jid in enumerate(inst.job_ids):
+            for key in allocs.get(jid, []):
+                theirs[m, index[key]] += 1
+        mine = _pack(np.asarray(ours.gpu_counts)[:, 0], None, S, n_nodes)
+        out = {}
+        prob._evaluate(np.stack([mine.ravel(), theirs.ravel()]), out)
+        vo, vg = -out["F"][0, 0], -out["F"][1, 0]  # power means, maximized
+        gaps.append((vg - vo) / abs(vg))
+        print(f"round {r:3d}: ours {ours_t[-1]:.3f} s  GA {ga_t[-1]:.3f} s  Pollux's objective ours {vo:.4f} "
+              f"GA {vg:.4f} ({gaps[-1]:+.2e})  {ours.status}", flush=True)
+        if args.rounds and r + 1 < total:
+            first.advance(np.asarray(ours.gpu_counts), np.asarray(ours.nodes))
+
+    def q(x, f):
+        return float(np.quantile(np.asarray(x), f, method="higher"))
+
+    print(f"\n{'stream of ' + str(total) + ' rounds' if args.rounds else str(total) + ' cold rounds'} (pollux), "
+          f"{args.gpus} GPUs / {args.jobs} jobs, load average {os.getloadavg()[0]:.1f}")
+    for name, x in (("ours", ours_t), ("GA", ga_t)):
+        print(f"  {name:5s} p50 {statistics.median(x):.3f}  p99 {q(x, 0.99):.3f}  max {max(x):.3f} CPU s")
+    print(f"  median ratio GA/ours {statistics.median(ga_t) / statistics.median(ours_t):.0f}x; Pollux's objective, "
+          f"GA vs ours (maximized; < 0 = ours better): worst {max(gaps):+.2e}, median {statistics.median(gaps):+.2e}")
 
 
 if __name__ == "__main__":
