@@ -113,7 +113,7 @@ def uncongested(lp, data: "_Data | None" = None):
     demand = d.g * z + d.l
     with np.errstate(divide="ignore"):
         least = (d.S * demand * np.where(d.A > 0, 1.0 / np.where(d.A > 0, d.A, 1.0), np.inf).min(axis=1)).sum()
-    if least > d.W.sum() * (1 + 1e-9):
+    if least > (d.W + 1e-9 * np.maximum(d.W, 1.0)).sum():  # (_fit's tolerance, summed)
         return None  # the least GPU time the demands need passes every GPU: capacity binds (no greedy needed)
     X = _fit(d, demand)
     if X is None:
