@@ -51,7 +51,8 @@ def run_command(
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary run folder (checkpoints, output.log)."),
     solver: str = COMMON["solver"],
     time_limit: float = typer.Option(60.0, "--time-limit", help="Solver seconds per recomputation."),
-    restart_overhead: Optional[str] = typer.Option(None, "--restart-overhead", hidden=True),
+    restart_overhead: Optional[str] = typer.Option(None, "--restart-overhead", hidden=True, help=(
+        "Refused: a real run pays its jobs' real restarts (simulate models them).")),
     min_recompute_interval: float = COMMON["min_interval"],
     recompute_every: Optional[int] = COMMON["every"],
     admission: str = COMMON["admission"],
