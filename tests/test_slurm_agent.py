@@ -308,3 +308,29 @@ def test_a_restart_on_a_changed_cluster_says_so_and_keeps_the_recorded_one(clust
     assert agent.cluster == small
     with pytest.raises(OptschedError, match="this agent ran with --policy max_min_fairness"):
         Agent(AgentConfig(db=db, policy="las", round_length=5.0, env=cluster.env))
+
+
+def test_inside_a_slurm_job_sigterm_checkpoints_like_a_revoked_lease(tmp_path):
+    """The agent preempts with requeuehold (SIGTERM, then SIGKILL KillWait later): a job-library job
+    checkpoints at its next step and exits 75, and its next incarnation ends with an uninterrupted
+    run's weights. No Slurm needed: SLURM_JOB_ID is what the library looks at."""
+    job_dir = tmp_path / "job"
+    env = {**os.environ, "SLURM_JOB_ID": "1", "OPTSCHED_JOB_DIR": str(job_dir)}
+    argv = [sys.executable, REGRESSION, "--steps", "600", "--dim", "8", "--batch", "8", "--sleep-ms", "5"]
+    p = subprocess.Popen(argv, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until it has made progress (its report says so)
+        try:
+            if json.load(open(job_dir / "progress.json"))["steps_done"] > 0:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 75
+    prog = json.load(open(job_dir / "progress.json"))
+    assert prog["status"] == "preempted" and prog["stop_reason"] == "sigterm" and 0 < prog["steps_done"] < 600
+    assert subprocess.run(argv, env=env).returncode == 0  # resumed from the checkpoint
+    result = json.load(open(job_dir / "result.json"))
+    assert json.load(open(job_dir / "progress.json"))["restored_step"] == prog["steps_done"]
+    assert result["steps"] == 600 and result["digest"] == digest(train(600, dim=8, batch=8))

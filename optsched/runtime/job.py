@@ -22,7 +22,9 @@ The runtime talks to the job through files in the job's run directory
     job saves a checkpoint, reports ``"preempted"`` and exits with
     ``EXIT_PREEMPTED`` (75). It also stops when its parent process changes
     (``$OPTSCHED_PARENT_PID``: the runtime or the Ray actor died), so a job
-    never outlives its scheduler by more than one iteration.
+    never outlives its scheduler by more than one iteration. Inside a Slurm
+    job (``$SLURM_JOB_ID``) SIGTERM counts as a revocation too: Slurm's
+    preemption (``optsched slurm`` requeues a job it preempts).
 ``progress.json`` (job → runtime)
     steps done, status (``running | preempted | finished | failed``), the
     time of the process start, of the first step after the restore, of the
@@ -129,6 +131,7 @@ class Lease:
         self._lease_mtime = None
         self._expires = float("inf")
         self._revoked = False
+        self._terminated = False  # SIGTERM received (stop_on_sigterm)
         self._first_step_at: float | None = None
         self._last_step_end: float | None = None
         self._iters = 0
@@ -143,7 +146,26 @@ class Lease:
         if not job_dir:
             job_dir = tempfile.mkdtemp(prefix="optsched-job-")
         ppid = os.environ.get("OPTSCHED_PARENT_PID")
-        return cls(job_dir, os.environ.get("OPTSCHED_SLOTS", ""), int(ppid) if ppid else None, **options)
+        lease = cls(job_dir, os.environ.get("OPTSCHED_SLOTS", ""), int(ppid) if ppid else None, **options)
+        if os.environ.get("SLURM_JOB_ID"):
+            lease.stop_on_sigterm()
+        return lease
+
+    def stop_on_sigterm(self) -> None:
+        """SIGTERM stops the job like a revoked lease: a checkpoint at the next
+        iteration boundary, then exit 75. Slurm preempts this way (``scontrol
+        requeuehold``, ``scancel``: SIGTERM, SIGKILL ``KillWait`` seconds later),
+        so ``Lease.from_env`` sets it inside a Slurm job. Main thread only."""
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def _terminated(signum, frame):
+            self._terminated = True
+
+        signal.signal(signal.SIGTERM, _terminated)
 
     # -- context manager: a crash is reported as failed -----------------
     def __enter__(self) -> "Lease":
@@ -206,6 +228,8 @@ class Lease:
             pass
         if self._revoked:
             self.stop_reason = "revoked"
+        elif self._terminated:
+            self.stop_reason = "sigterm"
         elif time.time() > self._expires:
             self.stop_reason = "expired"
         elif self.parent_pid is not None and os.getppid() != self.parent_pid:

@@ -20,9 +20,9 @@ Every round (``round_length`` wall seconds) the agent
               started, preempted, migrated;
     apply     makes Slurm match the placement with ``scontrol``: a placed job
               gets ``ReqNodeList=NODE`` and is released; a job no longer placed
-              is requeued held (``requeuehold``: Slurm signals it, it
-              checkpoints on SIGTERM and is pending held again); a migrated job
-              both. Applying is idempotent (it reads Slurm's state and issues
+              is requeued held (``requeuehold``: Slurm sends SIGTERM — the
+              job library checkpoints on it inside a Slurm job — and the job is
+              pending held again); a migrated job both. Applying is idempotent (it reads Slurm's state and issues
               only what differs), so doing it twice starts nothing twice.
 
 Durability and determinism: a round's inputs are committed before they are fed,
