@@ -502,12 +502,14 @@ def test_the_temporary_run_folder_is_named_and_removed_unless_keep(tmp_path, mon
     res = CliRunner().invoke(app, ["run", str(trace), "--cluster", "slot=1", "--quiet", "--round-length", "1"])
     assert res.exit_code == 0, res.output
     named = [w for w in res.output.split() if "optsched-run-" in w]
-    assert named and "removed at the end" in res.output
+    assert named and f"run folder {named[0]} removed" in res.output
     assert not Path(named[0]).exists() and not list(tmp_path.glob("optsched-run-*"))
     res = CliRunner().invoke(app, ["run", str(trace), "--cluster", "slot=1", "--quiet", "--keep"])
     assert res.exit_code == 0, res.output
     kept = [w for w in res.output.split() if "optsched-run-" in w]
-    assert kept and Path(kept[0], "jobs", "a", "result.json").exists()
+    assert kept and Path(kept[0], "jobs", "a", "result.json").exists() and f"run folder {kept[0]} kept" in res.output
+    res = CliRunner().invoke(app, ["run", str(trace), "--cluster", "slot=1", "--round-length", "1"])
+    assert res.exit_code == 0 and "removed at the end; --keep keeps it" in res.output  # named at the start too
 
 
 # ---------------------------------------------------------------- the core's options in optsched run

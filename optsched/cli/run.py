@@ -123,8 +123,9 @@ def run_command(
     temporary = run_dir is None
     if temporary:
         run_dir = tempfile.mkdtemp(prefix="optsched-run-")
-        err_console.print(f"run folder {run_dir} ({'kept' if keep else 'removed at the end; --keep keeps it'})",
-                          highlight=False, soft_wrap=True)
+        if not quiet:  # (named again with the results: a refusal stays one line)
+            err_console.print(f"run folder {run_dir} ({'kept' if keep else 'removed at the end; --keep keeps it'})",
+                              highlight=False, soft_wrap=True)
 
     def on_round(r: dict) -> None:
         if not quiet:
@@ -142,6 +143,7 @@ def run_command(
     if out:
         res.write(out)
     s = res.summary
+    s["run_dir_removed"] = temporary and not keep
     if json_out:
         def clean(v):
             if isinstance(v, float) and math.isnan(v):
@@ -172,6 +174,8 @@ def run_command(
         if out:
             console.print(f"wrote {out}/ (jobs.csv, rounds.csv, launches.csv, summary.json, measured_trace.csv)",
                           highlight=False)
+        console.print(f"run folder {run_dir} " + ("removed (--keep keeps it)" if s["run_dir_removed"] else "kept"),
+                      highlight=False, soft_wrap=True)
     if s.get("interrupted") == "interrupted":
         err_console.print("interrupted: every job was stopped (checkpoints saved where the job honoured its lease)")
         raise typer.Exit(130)
