@@ -801,6 +801,9 @@ def allocation_from_choice(inst: Instance, policy: str, gm: GoodputMatrix, a: As
     }
     if np.isfinite(a.lp_bound):
         explanation["lp_bound"] = a.lp_bound
+    if a.certificate:  # how lp_bound was found and what proves the answer
+        explanation["certificate"] = {k: (float(v) if isinstance(v, (float, np.floating)) else v)
+                                      for k, v in a.certificate.items()}
     for key, val in (extra or {}).items():
         explanation[key] = ({jid: float(v) for jid, v in zip(inst.job_ids, val)} if isinstance(val, np.ndarray) else val)
     return Allocation.of(inst, policy, (counts > 0).astype(float), a.status, objective, a.solve_seconds, thr,

@@ -1,4 +1,4 @@
-"""The configuration policies decide the same on an idle and on a loaded machine.
+"""The configuration policies (sia, pollux, optimus) decide the same on an idle and on a loaded machine.
 
 Every cap inside sia/pollux's assignment counts work (evaluations, branch-and-bound
 nodes, one HiGHS thread, a fixed seed); only the caller's time limit reads a clock.
@@ -37,6 +37,13 @@ def _decide(insts):
             a = solve_instance(inst, policy, time_limit=600.0)
             assert not a.status.startswith("fallback"), a.status
             out.append((np.asarray(a.gpu_counts).copy(), np.asarray(a.nodes).copy(), a.objective))
+    # optimus's greedy reads no clock either (hadar's MILP: HiGHS on one thread with only the caller's
+    # time limit; left out here, its cvxpy compile costs seconds)
+    rigid = instances.rigid(24, 3, seed=2, gpus_per_job=0.3)
+    for policy in ("optimus",):
+        a = solve_instance(rigid, policy, time_limit=600.0)
+        assert not a.status.startswith("fallback"), a.status
+        out.append((np.asarray(a.gpu_counts).copy(), np.asarray(a.fractions).copy(), a.objective))
     return out
 
 
