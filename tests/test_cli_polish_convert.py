@@ -84,4 +84,5 @@ def test_unknown_target_format_names_to(tmp_path, command):
     src = tmp_path / "g.trace"
     ok(["trace", "generate", str(src), "--jobs", "2"])
     args = ["trace", command[0], *([str(src)] if len(command) > 1 else []), str(tmp_path / "o.csv"), "--to", "tiresia"]
-    assert error_line(args).startswith("error: --to: unknown trace format 'tiresia' (choose from gavel, tiresias")
+    assert error_line(args).startswith("error: --to: unknown trace format 'tiresia'; did you mean 'tiresias'? "
+                                       "(choose from gavel, tiresias")
