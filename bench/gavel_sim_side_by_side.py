@@ -1,0 +1,263 @@
+"""The same trace through Gavel's own simulator and through ``optsched simulate`` (by hand,
+never in CI): per job JCT on both sides, per round who ran on which GPU type, and the first
+divergence named.
+
+    # Gavel's repository checked out OUTSIDE the project (the `fetch` tool, or git clone), and a
+    # venv for it beside the project's (Gavel's scheduler needs psutil; grpc and
+    # matrix_completion are stubbed: its simulation never calls them):
+    /work/main/.venv/bin/python -m venv /work/peers/venv
+    echo "import site; site.addsitedir('/work/main/.venv/lib/python3.11/site-packages')" \\
+        > /work/peers/venv/lib/python3.11/site-packages/project_venv.pth
+    /work/peers/venv/bin/pip install psutil
+    OPENBLAS_NUM_THREADS=1 python bench/gavel_sim_side_by_side.py --gavel /work/peers/gavel \\
+        --python /work/peers/venv/bin/python --rates 2.0 --seeds 0 --jobs 300 --multi-gpu
+
+Each trace is drawn by Gavel's own generator (``utils.generate_job`` with the streams its
+``Scheduler`` seeds: jobs from ``random.Random(seed + 2)``, inter-arrival times from
+``random.Random(seed + 3)``, the first job at t = 0 — exactly the jobs its
+``simulate_scheduler_with_generated_jobs.py`` makes) and written in Gavel's 10-field
+``.trace`` format; Gavel's ``Scheduler.simulate`` then runs it from the file (the
+``simulate_scheduler_with_trace.py`` path: cluster 36:36:36, one GPU per server as its
+drivers default to, rounds of 360 s, allocation resets at most every 1,920 s), and optsched
+reads the same file (``traces/gavel.py``) and simulates it with Gavel's mechanism
+(``bench/fidelity.py``'s GAVEL_ALLOCATOR: the ``gavel`` queue, v100-first for the aware
+policy, a shuffled type order for the agnostic one). Gavel's side runs in a subprocess of
+the peer venv (this file with ``--worker``), so nothing of Gavel is imported here.
+
+Policies: ``aware`` = Gavel ``max_min_fairness_perf`` / optsched ``max_min_fairness``;
+``agnostic`` = Gavel ``max_min_fairness`` / optsched ``max_min_fairness_agnostic``.
+Output: per trace the average JCT on each side (all jobs, and ``--window`` jobs if given),
+the per-job JCT ratio's spread, the first round whose (job → GPU type, GPUs) differs, and
+the first job (in arrival order) whose JCT differs by more than 1 %; ``--out DIR`` writes
+per-job CSVs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+PEER = Path(os.environ.get("OPTSCHED_PEER_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+POLICIES = {"aware": ("max_min_fairness_perf", "max_min_fairness"),
+            "agnostic": ("max_min_fairness", "max_min_fairness_agnostic")}
+
+
+# ---------------------------------------------------------------- Gavel's side (peer venv)
+
+def _gavel_imports(root: Path):
+    """Gavel's scheduler modules from its checkout; the RPC and matrix-completion modules its
+    simulation never calls are stubbed (grpc / matrix_completion are not installed)."""
+    import types
+
+    sys.path.insert(0, str(root / "scheduler"))
+    for name in ("matrix_completion", "runtime.rpc", "runtime.rpc.scheduler_server", "runtime.rpc.scheduler_client"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    sys.modules["runtime.rpc"].scheduler_server = sys.modules["runtime.rpc.scheduler_server"]
+    sys.modules["runtime.rpc"].scheduler_client = sys.modules["runtime.rpc.scheduler_client"]
+    import scheduler
+    import utils
+
+    return scheduler, utils
+
+
+def gavel_generate(root: Path, throughputs: str, n_jobs: int, rate: float, seed: int, multi_gpu: bool, out: str) -> None:
+    """Gavel's generator, its streams seeded as its Scheduler seeds them, written as a .trace."""
+    import math
+    import random
+
+    _, utils = _gavel_imports(root)
+    oracle = utils.read_all_throughputs_json_v2(throughputs)
+    jobs_rng, gaps_rng = random.Random(), random.Random()
+    jobs_rng.seed(seed + 2)
+    gaps_rng.seed(seed + 3)
+    t, lines = 0.0, []
+    for _ in range(n_jobs):
+        job = utils.generate_job(throughputs=oracle, reference_worker_type="v100", rng=jobs_rng,
+                                 generate_multi_gpu_jobs=multi_gpu)
+        lines.append(f"{job}\t{t:f}\n")
+        t += -math.log(1.0 - gaps_rng.random()) * 3600.0 / rate
+    Path(out).write_text("".join(lines))
+
+
+def gavel_simulate(root: Path, throughputs: str, trace: str, policy: str, seed: int, window) -> dict:
+    """Gavel's Scheduler.simulate on the trace; per-job JCT and per-round job → (type, GPUs)."""
+    import io
+    import contextlib
+
+    import logging
+
+    scheduler, utils = _gavel_imports(root)
+    from job_id_pair import JobIdPair
+
+    logging.disable(logging.CRITICAL)  # its per-round DEBUG lines cost more than the rounds
+
+    jobs, arrivals = utils.parse_trace(trace)
+    sched = scheduler.Scheduler(utils.get_policy(policy, solver="ECOS", seed=seed), throughputs_file=throughputs,
+                                simulate=True, seed=seed, time_per_iteration=360)
+    rounds = []
+    inner = sched._schedule_jobs_on_workers
+
+    def record():
+        out = inner()
+        kinds = sched._worker_id_to_worker_type_mapping
+        rounds.append([sched.get_current_timestamp(),
+                       {str(j[0]): [kinds[w[0]], len(w)] for j, w in out.items() if not j.is_pair()}])
+        return out
+
+    sched._schedule_jobs_on_workers = record
+    todo = {JobIdPair(i, None) for i in range(*window)} if window else None
+    with contextlib.redirect_stdout(io.StringIO()):
+        sched.simulate({"v100": 36, "p100": 36, "k80": 36}, arrivals, jobs,
+                       num_gpus_per_server={"v100": 1, "p100": 1, "k80": 1}, jobs_to_complete=todo)
+    jct = {str(j[0]): c for j, c in sched._job_completion_times.items() if c is not None}
+    return {"jct": jct, "rounds": rounds, "end": sched.get_current_timestamp()}
+
+
+def worker(argv) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--gavel", type=Path)
+    p.add_argument("--throughputs")
+    p.add_argument("--generate", nargs=5, metavar=("N", "RATE", "SEED", "MULTI", "OUT"))
+    p.add_argument("--simulate", nargs=3, metavar=("TRACE", "POLICY", "SEED"))
+    p.add_argument("--window", type=int, nargs=2)
+    p.add_argument("--json")
+    a = p.parse_args(argv)
+    if a.generate:
+        n, rate, seed, multi, out = a.generate
+        gavel_generate(a.gavel, a.throughputs, int(n), float(rate), int(seed), multi == "1", out)
+    else:
+        tr, pol, seed = a.simulate
+        Path(a.json).write_text(json.dumps(gavel_simulate(a.gavel, a.throughputs, tr, pol, int(seed), a.window)))
+
+
+# ---------------------------------------------------------------- optsched's side
+
+def ours_simulate(trace: str, policy: str, seed: int, window, **options) -> dict:
+    """optsched simulate on the same .trace with Gavel's mechanism (bench/fidelity.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fidelity import GAVEL_ALLOCATOR
+
+    from optsched.sim import simulate
+    from optsched.traces.io import read_trace
+    from optsched.traces.throughputs import gavel_throughputs
+
+    rounds = []
+
+    def on_round(info):
+        a = info["decision"].placement.assignments
+        rounds.append([info["start"], {j: [s[0].gpu_type, len(s)] for j, s in a.items() if s}])
+
+    r = simulate(read_trace(trace), {"v100": 36, "p100": 36, "k80": 36}, policy=policy,
+                 throughputs=gavel_throughputs(PEER), round_length=360.0, min_recompute_interval=1920.0,
+                 seed=seed, window=tuple(window) if window else None, on_round=on_round,
+                 allocator_options=GAVEL_ALLOCATOR.get(policy, {}), **options)
+    j = r.jobs.dropna(subset=["jct"])
+    return {"jct": dict(zip(j["job_id"].astype(str), j["jct"].astype(float))), "rounds": rounds,
+            "end": float(r.summary.get("end_time", np.nan))}
+
+
+# ---------------------------------------------------------------- comparison
+
+def first_round_divergence(g_rounds, o_rounds) -> str:
+    """The first round (by start time) whose job → [type, GPUs] differs, described."""
+    for k, ((tg, ag), (to, ao)) in enumerate(zip(g_rounds, o_rounds)):
+        # Gavel's rounds end when the last scheduled job ends: int(steps/s × 360) steps, a
+        # fraction of a step short of 360 s; a second apart is the same round
+        if abs(tg - to) > 1.0 or ag != ao:
+            only_g = {j: v for j, v in ag.items() if ao.get(j) != v}
+            only_o = {j: v for j, v in ao.items() if ag.get(j) != v}
+            return (f"round {k} (Gavel t={tg:.0f} s, ours t={to:.0f} s): Gavel {dict(sorted(only_g.items())[:6])} "
+                    f"ours {dict(sorted(only_o.items())[:6])}")
+    return f"none in {min(len(g_rounds), len(o_rounds))} rounds"
+
+
+def compare(g: dict, o: dict, window) -> dict:
+    ids = sorted(set(g["jct"]) & set(o["jct"]), key=int)
+    if window:
+        ids = [i for i in ids if window[0] <= int(i) < window[1]]
+    gj = np.array([g["jct"][i] for i in ids])
+    oj = np.array([o["jct"][i] for i in ids])
+    ratio = oj / gj
+    off = np.flatnonzero(np.abs(ratio - 1) > 0.01)
+    first = (f"job {ids[off[0]]}: Gavel {gj[off[0]] / 3600:.2f} h, ours {oj[off[0]] / 3600:.2f} h"
+             if off.size else "none above 1 %")
+    return {"n": len(ids), "gavel_h": gj.mean() / 3600, "ours_h": oj.mean() / 3600,
+            "diff": oj.mean() / gj.mean() - 1, "ratio_p50": float(np.median(ratio)),
+            "ratio_p10": float(np.quantile(ratio, 0.1)), "ratio_p90": float(np.quantile(ratio, 0.9)),
+            "jobs_off": int(off.size), "first_job": first,
+            "first_round": first_round_divergence(g["rounds"], o["rounds"]),
+            "missing": len(set(g["jct"]) ^ set(o["jct"]))}
+
+
+def run_trace(args, rate: float, seed: int, multi: bool, label: str, tmp: Path) -> list[dict]:
+    trace = tmp / f"gavel_{'multi' if multi else 'single'}_{rate:g}_{seed}.trace"
+    base = [args.python, __file__, "--worker", "--gavel", str(args.gavel), "--throughputs", str(args.throughputs)]
+    if not trace.exists():
+        subprocess.run(base + ["--generate", str(args.jobs), str(rate), str(seed), "1" if multi else "0", str(trace)],
+                       check=True)
+    rows = []
+    for name in args.policies:
+        gpol, opol = POLICIES[name]
+        out = tmp / f"{trace.stem}_{name}.json"
+        if not out.exists():
+            cmd = base + ["--simulate", str(trace), gpol, str(seed), "--json", str(out)]
+            subprocess.run(cmd + (["--window", *map(str, args.window)] if args.window else []), check=True)
+        g = json.loads(out.read_text())
+        o = ours_simulate(str(trace), opol, seed, args.window, **dict(args.option))
+        c = compare(g, o, args.window)
+        c.update(trace=label, rate=rate, seed=seed, policy=name)
+        rows.append(c)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            ids = sorted(set(g["jct"]) | set(o["jct"]), key=int)
+            (args.out / f"{trace.stem}_{name}.csv").write_text(
+                "job_id,gavel_jct,ours_jct\n" + "".join(f"{i},{g['jct'].get(i, '')},{o['jct'].get(i, '')}\n" for i in ids))
+        print(f"{label} {rate:g}/h seed {seed} {name}: Gavel {c['gavel_h']:.2f} h, ours {c['ours_h']:.2f} h "
+              f"({c['diff']:+.1%}), per-job ratio p10/p50/p90 {c['ratio_p10']:.3f}/{c['ratio_p50']:.3f}/"
+              f"{c['ratio_p90']:.3f}, {c['jobs_off']}/{c['n']} jobs off >1 %; first job: {c['first_job']}; "
+              f"first round: {c['first_round']}", flush=True)
+    return rows
+
+
+def main() -> None:
+    if "--worker" in sys.argv:
+        sys.argv.remove("--worker")
+        return worker(sys.argv[1:])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gavel", type=Path, default=Path("/work/peers/gavel"))
+    p.add_argument("--python", default="/work/peers/venv/bin/python", help="the peer venv's interpreter")
+    p.add_argument("--throughputs", type=Path, default=PEER / "gavel" / "simulation_throughputs.json")
+    p.add_argument("--rates", type=float, nargs="+", default=[2.0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--jobs", type=int, default=300)
+    p.add_argument("--window", type=int, nargs=2, default=None, help="measure jobs [START, END) only")
+    p.add_argument("--streams", nargs="+", default=["multi"], choices=["single", "multi"])
+    p.add_argument("--policies", nargs="+", default=["aware", "agnostic"], choices=list(POLICIES))
+    p.add_argument("--option", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                   help="an optsched simulate option (value as JSON), e.g. --option restart_overhead 0")
+    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "gavel_sim_side_by_side",
+                   help="traces and Gavel's results (reused when present)")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    args.option = [(k, json.loads(v)) for k, v in args.option]
+    args.work.mkdir(parents=True, exist_ok=True)
+    rows = [r for s in args.streams for rate in args.rates for seed in args.seeds
+            for r in run_trace(args, rate, seed, s == "multi", s, args.work)]
+    print("\n| trace | jobs/h | seed | LAS | jobs | Gavel's simulator (h) | optsched (h) | difference |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['trace']} | {r['rate']:g} | {r['seed']} | {r['policy']} | {r['n']} | {r['gavel_h']:.2f} | "
+              f"{r['ours_h']:.2f} | {r['diff']:+.1%} |")
+
+
+if __name__ == "__main__":
+    main()
