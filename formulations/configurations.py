@@ -99,12 +99,16 @@ class GoodputCache:
         self.hits = self.misses = 0
 
     def rows(self, job_ids, model: GoodputModel, cfg: Configurations, P: np.ndarray,
-             elastic: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             elastic: np.ndarray, max_gpus: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(goodput, atomic_bsz, accum_steps), each (n, C), for per-configuration
-        parameters P (n, C, 7); rows of non-elastic jobs are left 0 (not theirs to use)."""
+        parameters P (n, C, 7); rows of non-elastic jobs are left 0 (not theirs to use).
+        ``max_gpus`` (n,): a job's row is computed (and left 0) only up to its GPU limit,
+        which is part of the row's key."""
         n, C = P.shape[:2]
+        cap = np.full(n, np.inf) if max_gpus is None else np.asarray(max_gpus, float)
         scal = np.stack([model.grad_sqr, model.grad_var, model.init_batch_size, model.max_batch_size,
-                         model.min_local_bsz, model.max_local_bsz, np.full(n, float(model.accumulation))], axis=1)
+                         model.min_local_bsz, model.max_local_bsz, np.full(n, float(model.accumulation)),
+                         np.minimum(cap, float(cfg.gpus.max()))], axis=1)
         sig = np.concatenate([cfg.gpus, cfg.nodes]).astype(float)
         keys = np.ascontiguousarray(np.concatenate([P.reshape(n, -1), scal, np.broadcast_to(sig, (n, len(sig)))],
                                                    axis=1))
@@ -125,9 +129,20 @@ class GoodputCache:
         self.hits += int(elastic.sum()) - sum(len(v) for v in todo.values())
         if todo:
             t = np.array([v[0] for v in todo.values()])  # one job per distinct row
-            sub = model.take(t)
-            g, b, s = sub.optimize(np.broadcast_to(cfg.nodes, (len(t), C)), np.broadcast_to(cfg.gpus, (len(t), C)),
-                                   params=P[t])
+            limit = np.minimum(cap[t], float(cfg.gpus.max()))
+            g = np.zeros((len(t), C))
+            b = np.zeros((len(t), C), dtype=int)
+            s = np.zeros((len(t), C), dtype=int)
+            for lim in np.unique(limit):  # the rows of one GPU limit together, their configurations only
+                r = np.flatnonzero(limit == lim)
+                cols = np.flatnonzero(cfg.gpus <= lim)
+                if len(cols) == 0:
+                    continue
+                sub = model.take(t[r])
+                gg, bb, ss = sub.optimize(np.broadcast_to(cfg.nodes[cols], (len(r), len(cols))),
+                                          np.broadcast_to(cfg.gpus[cols], (len(r), len(cols))),
+                                          params=P[t[r]][:, cols])
+                g[np.ix_(r, cols)], b[np.ix_(r, cols)], s[np.ix_(r, cols)] = gg, bb, ss
             for i, (key, ms) in enumerate(todo.items()):
                 G[ms], B[ms], S[ms] = g[i], b[i], s[i]
                 rows[key] = (g[i], b[i], s[i])
@@ -186,7 +201,7 @@ def goodput_matrix(inst: Instance, agnostic: bool = False, cache: "GoodputCache 
         P = params[:, cfg.gpu_type, :]  # (n, C, 7)
         known = np.isfinite(P).all(axis=2)
         g_el, b_el, s_el = (cache if cache is not None else GOODPUT_CACHE).rows(
-            inst.job_ids, model, cfg, np.nan_to_num(P, nan=1.0), el.is_elastic)
+            inst.job_ids, model, cfg, np.nan_to_num(P, nan=1.0), el.is_elastic, el.max_gpus)
         g_el = np.where(known, g_el, 0.0)
         # No measurements anywhere: linear speedup prior from the per-GPU throughput.
         unprofiled = el.is_elastic & ~np.isfinite(params).all(axis=2).any(axis=1)
