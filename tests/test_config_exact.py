@@ -99,3 +99,31 @@ def test_fill_and_class_milp_keep_choices_feasible(seed):
     # every pair allowed: the class MILP is the full MILP with copies merged
     every, _ = C._class_milp(p, np.ones(len(p.m), dtype=bool), np.ones(U.shape[0], dtype=bool), cfg, 60.0)
     assert C._value(every, U) == pytest.approx(_exact(U, cfg, capacity)[1], rel=1e-9, abs=1e-9)
+
+
+def test_goodput_rows_up_to_each_jobs_limit_equal_the_full_search():
+    """Rows are searched only up to the job's GPU limit (shared by identical jobs); every
+    configuration a job may use has the full search's goodput and batch size."""
+    import dataclasses
+
+    from optsched.bench import instances
+    from optsched.model import Instance, parse_snapshot
+
+    inst = Instance.from_snapshot(parse_snapshot(instances.elastic_snapshot(4, 80, (("a", 64, 4), ("b", 64, 8)))))
+    el = inst.elastic
+    caps = np.random.default_rng(0).choice([1, 2, 4, 8, 16, 32], inst.n).astype(float)
+    inst = dataclasses.replace(inst, elastic=dataclasses.replace(el, max_gpus=caps))
+    gm = C.goodput_matrix(inst, cache=C.GoodputCache())
+    cfg = gm.configs
+    P = np.nan_to_num(gm.params[:, cfg.gpu_type, :], nan=1.0)
+    shape = (inst.n, len(cfg.gpus))
+    g, b, s = gm.model.optimize(np.broadcast_to(cfg.nodes, shape), np.broadcast_to(cfg.gpus, shape), params=P)
+    use = gm.goodput > 0
+    assert use.any() and not (use & (cfg.gpus[None, :] > caps[:, None])).any()
+    np.testing.assert_array_equal(gm.goodput[use], g[use])
+    np.testing.assert_array_equal(gm.atomic_bsz[use], b[use])
+    np.testing.assert_array_equal(gm.accum_steps[use], s[use])
+    # a job allowed more than its row-mates gets its own row, not theirs
+    known = np.isfinite(P).all(axis=2) & (inst.throughput[:, cfg.gpu_type] > 0)
+    within = (cfg.gpus[None, :] <= caps[:, None]) & known & (g > 0)
+    assert (use == within).all()
