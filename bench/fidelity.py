@@ -77,7 +77,7 @@ GAVEL_ALLOCATOR = {
 
 
 def gavel_point(rate: float, policy: str, seed: int = 0, n_jobs: int = 5000, window=(4000, 5000), extra_jobs: int = 3000,
-                multi_gpu: bool = False, spread_rates: bool = False):
+                multi_gpu: bool = False, spread_rates: bool = False, stream: str = "numpy"):
     """One Gavel continuous-arrival point. Gavel keeps generating jobs until the
     window completes: the generator's stream is length-independent, so we start
     with ``n_jobs + extra_jobs`` jobs and, while the arrivals stop before the
@@ -92,7 +92,7 @@ def gavel_point(rate: float, policy: str, seed: int = 0, n_jobs: int = 5000, win
     n = max(n_jobs + extra_jobs, window[1] + 1)
     t0 = time.perf_counter()
     for attempt in range(4):  # an overloaded (unstable) point would grow the stream forever: at most 3 regrowths
-        trace = generate_gavel(table, n, rate, seed=seed, multi_gpu=multi_gpu)
+        trace = generate_gavel(table, n, rate, seed=seed, multi_gpu=multi_gpu, stream=stream)
         r = simulate(trace, {"v100": 36, "p100": 36, "k80": 36}, policy=policy, throughputs=table,
                      round_length=360.0, min_recompute_interval=1920.0, window=window, seed=seed,
                      allocator_options=GAVEL_ALLOCATOR.get(policy, {}), spread_rates=spread_rates)
@@ -121,7 +121,7 @@ def spread(xs) -> str:
 
 
 def gavel(rates=(2.0, 2.6, 3.0), seed: int = 0, n_jobs: int = 5000, seeds=None, multi_gpu: bool = False,
-          spread_rates: bool = False) -> list[dict]:
+          spread_rates: bool = False, stream: str = "numpy") -> list[dict]:
     """Mean and spread over ``seeds`` (Gavel's published numbers are one sample
     each; single runs swing by ±5 %: compare means, and the agnostic/aware
     ratio, which shares the sample)."""
@@ -144,7 +144,8 @@ def gavel(rates=(2.0, 2.6, 3.0), seed: int = 0, n_jobs: int = 5000, seeds=None, 
         walls = []
         for sd in seeds:
             for policy in jct:
-                r, wall = gavel_point(rate, policy, sd, n_jobs, window, multi_gpu=multi_gpu, spread_rates=spread_rates)
+                r, wall = gavel_point(rate, policy, sd, n_jobs, window, multi_gpu=multi_gpu, spread_rates=spread_rates,
+                                      stream=stream)
                 jct[policy].append(r.summary["window_avg_jct"] / 3600)
                 slow[policy].append(jct[policy][-1] / r.summary["window_mean_duration_h"])
                 walls.append(wall)
@@ -418,6 +419,8 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", default=None, help="gavel: seeds to average over, e.g. 0,1,2 (report mean ± spread)")
     ap.add_argument("--multi-gpu", action="store_true", help="gavel: scale factors 1/2/4/8 (Gavel's multi-GPU experiment)")
+    ap.add_argument("--gavel-stream", action="store_true",
+                    help="gavel: Gavel's own jobs for each seed (generate_gavel(stream='gavel')), not numpy's draws")
     ap.add_argument("--spread-rates", action="store_true",
                     help="gavel: spread multi-GPU jobs run at the table's *_unconsolidated rate (optsched's default; "
                          "Gavel's simulator always uses the consolidated rate, so the bench does too)")
@@ -431,7 +434,7 @@ def main(argv=None) -> None:
         if name == "gavel":
             gavel(tuple(float(x) for x in a.rates.split(",")), a.seed, a.jobs,
                   seeds=[int(x) for x in a.seeds.split(",")] if a.seeds else None, multi_gpu=a.multi_gpu,
-                  spread_rates=a.spread_rates)
+                  spread_rates=a.spread_rates, stream="gavel" if a.gavel_stream else "numpy")
         elif name == "static":
             static(a.static_jobs, seeds=tuple(int(x) for x in a.seeds.split(",")) if a.seeds else (0, 1, 2))
         elif name == "pollux":
