@@ -19,6 +19,7 @@
     POST /v1/sessions/{sid}/rounds                 the next round
     GET  /v1/sessions/{sid}/rounds/last
     GET  /v1/sessions/{sid}/events                 the session's committed changes
+    GET  /dashboard/{sid}[/events]                 the live page (server-sent events; optsched/service/dashboard)
 
 Requests to one session are serialized (an asyncio lock per session) and run
 in worker threads (solves with the session's time limit), so the event loop
@@ -59,6 +60,7 @@ from optsched.service.models import (SESSION_ID_PATTERN, ErrorBody, FinishReques
                                      JobUpdate, Limits, PoliciesOut, ReportProgress, RoundOut, RoundRequest,
                                      SessionConfig, SessionCreated, SessionOut, SolveRequest, SolveResponse,
                                      SubmitJobs)
+from optsched.service.dashboard import Hub, add_dashboard_routes, publish_after
 from optsched.service.metrics import Metrics
 from optsched.service.session import Conflict, NotFound, Session, jsonable, per_round_policies
 from optsched.service.store import Store
@@ -153,6 +155,7 @@ def create_app(db: str | Store = ":memory:", token: str | None = None, limits: L
     )
     app.state.store, app.state.registry, app.state.limits = store, registry, limits
     app.state.metrics, app.state.ready = Metrics(), True
+    app.state.hub, app.state.token = Hub(), token  # the dashboard's live listeners (optsched/service/dashboard)
     v1: list[Any] = [Depends(authorize)]
     _add_error_handlers(app)
     _add_operator_routes(app, registry)
@@ -291,11 +294,17 @@ def _add_session_routes(app: FastAPI, registry: Registry, limits: Limits, v1: li
         try:
             async with lock:
                 s = await registry.get(sid)
-                return await _in_thread(fn, s, *args)
+                version = s.version
+                out = await _in_thread(fn, s, *args)
+                if s.version != version:  # a committed change: to the open dashboards
+                    await publish_after(app, s, getattr(fn, "__name__", ""))
+                return out
         except NotFound:
             if sid not in registry.sessions and not lock.locked():
                 registry.locks.pop(sid, None)  # unknown ids leave nothing behind
             raise
+
+    add_dashboard_routes(app, registry, app.state.token, run)
 
     @app.get("/v1/sessions/{sid}", response_model=SessionOut, dependencies=v1, responses=ERRORS, tags=["sessions"])
     async def get_session(sid: str = SID):

@@ -1,0 +1,206 @@
+"""The operator's dashboard: one live page per session (docs/guide/dashboard.md).
+
+    GET /dashboard/{sid}              the page (HTML; its JS and CSS are package files, no CDN)
+    GET /dashboard/static/{name}      dashboard.js, dashboard.css
+    GET /dashboard/{sid}/view         the page's data now (JSON, ``view``)
+    GET /dashboard/{sid}/events       server-sent events: the view after every committed change
+
+The token is the API's: a bearer header, a ``?token=`` query parameter (the page
+then keeps it in an HttpOnly cookie, so the browser's EventSource, which cannot
+send headers, carries it) or that cookie. Live updates are pushed: the request
+that commits a change builds the view once, only when a page is listening, and
+hands it to each listener's bounded queue; a listener that does not keep up
+loses its oldest views (each carries the whole state, so the newest suffices),
+never slowing the API.
+"""
+
+# (no `from __future__ import annotations`: FastAPI reads the routes' annotations, imported locally)
+
+import asyncio
+import hmac
+import json
+from importlib import resources
+from typing import Any
+
+QUEUE_SIZE = 8  # views kept per listener before the oldest is dropped
+KEEPALIVE_SECONDS = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
+RECENT_ROUNDS = 50  # rounds the page lists at first (later ones arrive live)
+COOKIE = "optsched_token"
+STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8"}
+
+
+class Hub:
+    """Listeners per session: a bounded asyncio queue each (event-loop thread only)."""
+
+    def __init__(self, size: int = QUEUE_SIZE):
+        self.size = size
+        self.listeners: dict[str, set[asyncio.Queue]] = {}
+        self.dropped = 0  # views a slow listener lost (newer ones replaced them)
+
+    def wants(self, sid: str) -> bool:
+        return bool(self.listeners.get(sid))
+
+    def listen(self, sid: str) -> asyncio.Queue:
+        q: asyncio.Queue = asyncio.Queue(self.size)
+        self.listeners.setdefault(sid, set()).add(q)
+        return q
+
+    def leave(self, sid: str, q: asyncio.Queue) -> None:
+        qs = self.listeners.get(sid)
+        if qs is not None:
+            qs.discard(q)
+            if not qs:
+                del self.listeners[sid]
+
+    def publish(self, sid: str, message: str) -> None:
+        for q in self.listeners.get(sid, ()):
+            while q.full():  # a slow page: its oldest view goes (each view is whole)
+                q.get_nowait()
+                self.dropped += 1
+            q.put_nowait(message)
+
+
+def view(session, kind: str = "") -> dict:
+    """What the page shows, from the session's committed state: the cluster's
+    servers and GPUs, the jobs (share against an equal share), the last round
+    and the allocation's explanation."""
+    from optsched.placement import Layout
+
+    st = session.state()
+    cfg = session.config
+    layout = Layout.from_cluster(session.cluster, cfg.allocator.gpus_per_server)
+    servers = [{"id": sid, "gpu_type": t, "gpus": int(cap)}
+               for t, tl in layout.types.items() for sid, cap in zip(tl.server_ids, tl.server_capacity)]
+    alloc = st["allocation"] or {}
+    shares = {j: sum(row.values()) for j, row in (alloc.get("allocation") or {}).items()}
+    jobs = st["jobs"]
+    total = sum(session.cluster.gpus.values())
+    demand = sum(float(j["spec"].get("weight", 1.0)) * int(j["spec"].get("scale_factor", 1)) for j in jobs)
+    now = float(st["time"])
+    out_jobs = []
+    for j in jobs:
+        spec = j["spec"]
+        w, sf = float(spec.get("weight", 1.0)), int(spec.get("scale_factor", 1))
+        # The equal (weighted) share of time: each job's weight of the cluster, at most all of the time.
+        fair = min(1.0, total * w / demand) if demand else None
+        start = j["first_start"] if j["first_start"] is not None else now
+        out_jobs.append({
+            "id": j["id"], "status": j["status"], "model": spec.get("model"), "scale_factor": sf, "weight": w,
+            "steps_done": j["steps_done"], "steps_total": spec.get("steps_total"),
+            "attained_service": j["attained_service"], "waiting": max(start - j["arrival_time"], 0.0),
+            "share": shares.get(j["id"]), "fair_share": fair, "preemptions": j["preemptions"], "gpus": j["gpus"],
+        })
+    return {
+        "session_id": st["session_id"], "version": st["version"], "kind": kind, "round": st["round"], "time": now,
+        "policy": cfg.policy, "round_length": cfg.round_length, "servers": servers, "jobs": out_jobs,
+        "finished_jobs": st["finished_jobs"], "last_round": st["last_round"],
+        "allocation": {k: alloc.get(k) for k in ("policy", "status", "objective", "solve_seconds", "explanation")}
+        if alloc else None,
+    }
+
+
+def recent_rounds(store, sid: str, limit: int = RECENT_ROUNDS) -> list[dict]:
+    """The last rounds' summaries from the session's event log (oldest first)."""
+    if store is None:
+        return []
+    out: list[dict] = []
+    after = -1
+    while True:  # the log is paged by seq; keep only the tail
+        page = store.events(sid, after, 1000)
+        out.extend(e["body"]["result"] for e in page if e.get("kind") == "round" and "result" in (e.get("body") or {}))
+        out = out[-limit:]
+        if len(page) < 1000:
+            return out
+        after = page[-1]["seq"]
+
+
+def _asset(name: str) -> str:
+    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+
+
+def add_dashboard_routes(app, registry, token: str | None, run_locked) -> None:
+    """Register the dashboard's routes. ``run_locked(sid, fn, *args)`` runs ``fn(session, *args)``
+    in a worker thread with the session's lock held (app.py's ``run``)."""
+    from fastapi import Path, Request
+    from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
+    from optsched.service.app import SESSION_ID_PATTERN, _Unauthorized, _in_thread
+    from optsched.service.session import jsonable
+
+    hub: Hub = app.state.hub
+    sid_path = Path(pattern=SESSION_ID_PATTERN, description="Session id.")
+
+    def authorized(request: Request) -> str | None:
+        """The token the request carries, checked (raises 401); None when the server has none."""
+        if token is None:
+            return None
+        auth = request.headers.get("authorization", "")
+        given = auth[7:] if auth.lower().startswith("bearer ") else None
+        given = given or request.query_params.get("token") or request.cookies.get(COOKIE)
+        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+            raise _Unauthorized()
+        return given
+
+    @app.get("/dashboard/static/{name}", include_in_schema=False)
+    async def static(request: Request, name: str):
+        authorized(request)
+        if name not in STATIC:
+            return JSONResponse({"detail": f"no dashboard file {name!r}", "field": "name"}, 404)
+        return Response(_asset(name), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/dashboard/{sid}", include_in_schema=False)
+    async def page(request: Request, sid: str = sid_path):
+        given = authorized(request)
+        await run_locked(sid, lambda s: None)  # 404 for an unknown session
+        html = _asset("index.html").replace("{{SESSION_ID}}", sid)
+        resp = HTMLResponse(html, headers={"Cache-Control": "no-store"})
+        if given is not None:  # the page's requests (its EventSource included) carry it as a cookie
+            resp.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/dashboard")
+        return resp
+
+    async def snapshot(sid: str) -> dict:
+        out = await run_locked(sid, view, "snapshot")
+        out["rounds"] = await _in_thread(recent_rounds, registry.store, sid)
+        return jsonable(out)
+
+    @app.get("/dashboard/{sid}/view", include_in_schema=False)
+    async def current(request: Request, sid: str = sid_path):
+        authorized(request)
+        return JSONResponse(await snapshot(sid))
+
+    @app.get("/dashboard/{sid}/events", include_in_schema=False)
+    async def events(request: Request, sid: str = sid_path):
+        authorized(request)
+        q = hub.listen(sid)  # before the first view: no change is missed between the two
+        try:
+            first = json.dumps(await snapshot(sid), separators=(",", ":"))
+        except BaseException:
+            hub.leave(sid, q)
+            raise
+
+        async def stream():
+            try:
+                yield f"event: view\ndata: {first}\n\n"
+                while True:
+                    try:
+                        msg = await asyncio.wait_for(q.get(), KEEPALIVE_SECONDS)
+                    except asyncio.TimeoutError:
+                        yield ": keepalive\n\n"
+                        continue
+                    yield f"event: view\ndata: {msg}\n\n"
+            finally:
+                hub.leave(sid, q)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def publish_after(app, session, kind: Any = "") -> None:
+    """After a committed change to ``session`` (lock held): its view to the page's listeners, if any."""
+    from optsched.service.app import _in_thread
+    from optsched.service.session import jsonable
+
+    hub: Hub = app.state.hub
+    if hub.wants(session.id):
+        v = await _in_thread(view, session, kind)
+        hub.publish(session.id, json.dumps(jsonable(v), separators=(",", ":")))
