@@ -83,7 +83,7 @@ def view(session, kind: str = "") -> dict:
         w, sf = float(spec.get("weight", 1.0)), int(spec.get("scale_factor", 1))
         # The equal (weighted) share of time: each job's weight of the cluster, at most all of the time.
         fair = min(1.0, total * w / demand) if demand else None
-        start = j["first_start"] if j["first_start"] is not None else now
+        start = j["first_start"] if j["first_start"] is not None else now  # not started: waiting until now
         out_jobs.append({
             "id": j["id"], "status": j["status"], "model": spec.get("model"), "scale_factor": sf, "weight": w,
             "steps_done": j["steps_done"], "steps_total": spec.get("steps_total"),

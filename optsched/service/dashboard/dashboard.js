@@ -25,7 +25,9 @@ function el(tag, attrs = {}, ...children) {
 function colour(id) {
   let h = 2166136261;
   for (const ch of id) { h ^= ch.charCodeAt(0); h = Math.imul(h, 16777619); }
-  return `hsl(${(h >>> 0) % 360} 62% 45%)`;
+  h ^= h >>> 13; h = Math.imul(h, 0x5bd1e995); h ^= h >>> 15;  // spread ids that differ in one digit
+  const hue = ((h >>> 0) * 137.508) % 360, light = 38 + ((h >>> 9) % 3) * 7;  // golden-angle hues
+  return `hsl(${hue.toFixed(0)} 60% ${light}%)`;
 }
 
 function num(x, digits = 0) {
@@ -188,11 +190,11 @@ function renderExplanation(v) {
   const types = Object.keys(cap).length ? Object.keys(cap) : Object.keys(used);
   if (types.length) {
     p.push("Capacity: " + types.map((t) => `${t} ${num(used[t], 1)} of ${num(cap[t])} GPUs used` +
-      (t in price ? (price[t] > 1e-9 ? ` (scarce: price ${num(price[t], 3)})` : " (spare: price 0)") : "")).join("; ") + ".");
-    const scarce = types.filter((t) => (price[t] || 0) > 1e-9);
+      (t in price ? (price[t] > 1e-6 ? ` (scarce: price ${Number(price[t]).toPrecision(3)})` : " (price 0)") : "")).join("; ") + ".");
+    const scarce = types.filter((t) => (price[t] || 0) > 1e-6);
     if (Object.keys(price).length) {
       p.push(scarce.length ? `Giving a job more ${scarce.join(" or ")} time would take it from another job: these types limit the objective.`
-                           : "No GPU type limits the objective: every type has room (all prices are 0).");
+                           : "Every capacity price is 0: more GPUs of any one type would not raise the objective.");
     }
   }
   const b = ex.bottleneck_jobs || [];

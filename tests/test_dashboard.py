@@ -1,0 +1,158 @@
+"""The dashboard in a real headless Chromium (selenium + Debian's chromium-driver):
+`optsched serve` as a subprocess, a session driven through the API, and the page
+checked against the API's answers after every round (round number, each GPU's
+job, preemptions and migrations), with no console errors. Screenshots go to the
+test's tmp dir (paths printed); DASHBOARD_SCREENSHOT=path also copies one there
+(how docs/images/dashboard.png is made)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from optsched.client import Client
+from optsched.service import workload
+from optsched.service.process import ServerProcess
+
+TOKEN = "dash-token"
+CHROMIUM, DRIVER = shutil.which("chromium") or "/usr/bin/chromium", shutil.which("chromedriver")
+ROUNDS = 8  # the seed-0 workload preempts and migrates within these (asserted below)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with ServerProcess(tmp_path_factory.mktemp("dash") / "sessions.db", token=TOKEN) as srv:
+        yield srv
+
+
+@pytest.fixture
+def browser(tmp_path):
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+    if not (os.path.exists(CHROMIUM) and DRIVER):
+        pytest.skip("chromium or chromedriver missing (apt-get install chromium chromium-driver)")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'profile'}"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    drv.set_page_load_timeout(20)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def severe(drv) -> list[dict]:
+    return [e for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def wait_for(drv, fn, what: str, timeout: float = 10.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(drv, timeout, poll_frequency=0.05).until(lambda d: fn(d))
+    except Exception:
+        raise AssertionError(f"the page never showed {what}; console: {drv.get_log('browser')}") from None
+
+
+def cells(drv) -> dict[tuple[str, int], str]:
+    """Every GPU cell on the page: (server, gpu) -> the job shown on it ('' when free)."""
+    rows = drv.execute_script(
+        "return [...document.querySelectorAll('.gpu')].map(c => [c.dataset.server, +c.dataset.gpu, c.dataset.job])")
+    return {(s, g): j for s, g, j in rows}
+
+
+def test_the_page_needs_the_token(server):
+    s = Client(server.url, token=TOKEN).session(workload.CLUSTER)
+    assert httpx.get(f"{server.url}/dashboard/{s.id}").status_code == 401
+    assert httpx.get(f"{server.url}/dashboard/{s.id}?token=wrong").status_code == 401
+    assert httpx.get(f"{server.url}/dashboard/{s.id}/events").status_code == 401
+    assert httpx.get(f"{server.url}/dashboard/static/dashboard.js").status_code == 401
+    assert httpx.get(f"{server.url}/dashboard/nosuch?token={TOKEN}").status_code == 404
+    page = httpx.get(f"{server.url}/dashboard/{s.id}?token={TOKEN}")
+    assert page.status_code == 200 and "/dashboard/static/dashboard.js" in page.text
+    assert "http://" not in page.text and "https://" not in page.text  # nothing from a CDN
+    js = httpx.get(f"{server.url}/dashboard/static/dashboard.js", cookies=page.cookies)
+    assert js.status_code == 200 and "EventSource" in js.text
+
+
+def test_events_stream_one_view_per_committed_change(server):
+    """The SSE stream: the whole view at once, then one per committed change, in version order."""
+    c = Client(server.url, token=TOKEN)
+    s = c.session(workload.CLUSTER)
+    got: list[dict] = []
+    ready = threading.Event()
+
+    def listen():
+        with httpx.stream("GET", f"{server.url}/dashboard/{s.id}/events", params={"token": TOKEN}, timeout=20) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    got.append(json.loads(line[6:]))
+                    ready.set()
+                    if len(got) == 4:
+                        return
+
+    t = threading.Thread(target=listen, daemon=True)
+    t.start()
+    assert ready.wait(10)
+    s.submit([next(workload.job_stream(3))])
+    first = s.next_round()
+    s.next_round()
+    t.join(10)
+    assert [v["kind"] for v in got] == ["snapshot", "submit", "next_round", "next_round"]
+    assert [v["version"] for v in got] == sorted(v["version"] for v in got)
+    assert got[2]["last_round"]["placement"] == first["placement"]
+    assert got[3]["round"] == 2
+
+
+def test_dashboard_follows_a_live_session_in_chromium(server, browser, tmp_path):
+    c = Client(server.url, token=TOKEN)
+    s = c.session(workload.CLUSTER, policy="max_min_fairness")
+    browser.get(f"{server.url}/dashboard/{s.id}?token={TOKEN}")
+    wait_for(browser, lambda d: d.find_element("id", "status").text == "live", "a live connection")
+    wait_for(browser, lambda d: d.execute_script("return document.body.dataset.round") == "0", "round 0")
+    shots, seen = [], {"preempted": None, "migrated": None}
+    driver = workload.Driver(seed=0)
+    for _ in range(ROUNDS):
+        r = driver.step(s)
+        n = r["round"] + 1
+        wait_for(browser, lambda d: d.execute_script("return document.body.dataset.round") == str(n), f"round {n}")
+        want = {(g["server"], g["gpu"]): j for j, slots in r["placement"].items() for g in slots}
+        shown = cells(browser)
+        assert {k: v for k, v in shown.items() if v} == want  # every GPU shows the job the API placed there
+        assert set(shown) >= set(want)
+        row = browser.find_element("css selector", f"#rounds tr[data-round='{r['round']}']")
+        for kind, cls in (("preempted", "pre"), ("migrated", "mig")):
+            tagged = [e.text for e in row.find_elements("css selector", f".tag.{cls}")]
+            assert tagged == r[kind]
+            if r[kind] and seen[kind] is None:
+                seen[kind] = r["round"]
+                path = tmp_path / f"dashboard-round{r['round']}-{kind}.png"
+                browser.save_screenshot(str(path))
+                shots.append(path)
+        status = {tr.get_attribute("data-job"): tr.find_element("css selector", "td:nth-child(2)").text
+                  for tr in browser.find_elements("css selector", "#jobs tbody tr")}
+        assert {j for j, st in status.items() if st == "running"} == set(r["placement"])
+    assert seen["preempted"] is not None and seen["migrated"] is not None, seen
+    explanation = browser.find_element("id", "explanation").text
+    assert "max_min_fairness" in explanation and "Capacity:" in explanation
+    final = tmp_path / "dashboard-final.png"
+    browser.save_screenshot(str(final))
+    shots.append(final)
+    assert not severe(browser), severe(browser)
+    for p in shots:
+        print("screenshot:", p)
+    if os.environ.get("DASHBOARD_SCREENSHOT"):
+        shutil.copy(final, os.environ["DASHBOARD_SCREENSHOT"])
+    browser.get("about:blank")  # close the stream before the server stops
