@@ -156,3 +156,39 @@ def test_dashboard_follows_a_live_session_in_chromium(server, browser, tmp_path)
     if os.environ.get("DASHBOARD_SCREENSHOT"):
         shutil.copy(final, os.environ["DASHBOARD_SCREENSHOT"])
     browser.get("about:blank")  # close the stream before the server stops
+
+
+def test_replay_of_a_recorded_simulation_in_chromium(server, browser, tmp_path):
+    """`optsched simulate --out` recorded; the replay page reads its CSVs and the slider walks its rounds."""
+    import csv
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    exe = Path(sys.executable).with_name("optsched")
+    subprocess.run([str(exe), "simulate", "--sample", "8", "--quiet", "--out", str(out)], check=True,
+                   capture_output=True, timeout=120)
+    rounds = list(csv.DictReader(open(out / "rounds.csv")))
+    browser.get(f"{server.url}/dashboard/replay?token={TOKEN}")
+    browser.find_element("id", "files").send_keys(f"{out / 'rounds.csv'}\n{out / 'jobs.csv'}")
+    wait_for(browser, lambda d: d.find_element("id", "nrounds").text == str(len(rounds)), "the recorded rounds")
+    moved = next(i for i, r in enumerate(rounds) if int(r["migrated"]) or int(r["preempted"]))
+    for i in (0, moved, len(rounds) - 1):
+        browser.execute_script("const s = document.getElementById('slider'); s.value = arguments[0];"
+                               "s.dispatchEvent(new Event('input'));", i)
+        wait_for(browser, lambda d: d.execute_script("return document.body.dataset.round") == str(i), f"round {i}")
+        row = browser.find_element("css selector", f"#rounds tr[data-round='{i}']")
+        cols = [td.text for td in row.find_elements("css selector", "td")]
+        r = rounds[i]
+        assert cols[2:6] == [f"{r['running_jobs']} / {r['waiting_jobs']}", r["started"], r["preempted"], r["migrated"]]
+        t = float(r["time"])
+        jobs = list(csv.DictReader(open(out / "jobs.csv")))
+        present = {j["job_id"] for j in jobs if float(j["arrival_time"]) <= t
+                   and not (j["completion_time"] and float(j["completion_time"]) <= t)}
+        shown = {tr.get_attribute("data-job") for tr in browser.find_elements("css selector", "#jobs tbody tr")}
+        assert shown == present
+        if i == moved:
+            path = tmp_path / f"replay-round{i}.png"
+            browser.save_screenshot(str(path))
+            print("screenshot:", path)
+    assert not severe(browser), severe(browser)

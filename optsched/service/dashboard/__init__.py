@@ -4,6 +4,7 @@
     GET /dashboard/static/{name}      dashboard.js, dashboard.css
     GET /dashboard/{sid}/view         the page's data now (JSON, ``view``)
     GET /dashboard/{sid}/events       server-sent events: the view after every committed change
+    GET /dashboard/replay             a recorded run (`--out` folder's rounds.csv, jobs.csv) with a time slider
 
 The token is the API's: a bearer header, a ``?token=`` query parameter (the page
 then keeps it in an HttpOnly cookie, so the browser's EventSource, which cannot
@@ -26,7 +27,8 @@ QUEUE_SIZE = 8  # views kept per listener before the oldest is dropped
 KEEPALIVE_SECONDS = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
 RECENT_ROUNDS = 50  # rounds the page lists at first (later ones arrive live)
 COOKIE = "optsched_token"
-STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8"}
+STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8",
+          "replay.js": "text/javascript; charset=utf-8"}
 
 
 class Hub:
@@ -147,6 +149,15 @@ def add_dashboard_routes(app, registry, token: str | None, run_locked) -> None:
         if name not in STATIC:
             return JSONResponse({"detail": f"no dashboard file {name!r}", "field": "name"}, 404)
         return Response(_asset(name), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/dashboard/replay", include_in_schema=False)
+    async def replay_page(request: Request):
+        """A recorded run's rounds.csv / jobs.csv, read by the browser from files the user picks."""
+        given = authorized(request)
+        resp = HTMLResponse(_asset("replay.html"), headers={"Cache-Control": "no-store"})
+        if given is not None:
+            resp.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/dashboard")
+        return resp
 
     @app.get("/dashboard/{sid}", include_in_schema=False)
     async def page(request: Request, sid: str = sid_path):

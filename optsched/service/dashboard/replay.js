@@ -1,0 +1,148 @@
+// Replay of a recorded run (the --out folder of `optsched simulate` / `optsched run`):
+// the files are read in the browser (nothing is uploaded), a slider walks the rounds.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const replay = { rounds: [], jobs: [], index: 0 };
+window.optschedReplay = replay;
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v; else if (k === "style") e.style.cssText = v; else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+// CSV as the simulator writes it (pandas: a header row, quoted fields when needed).
+function parseCsv(text) {
+  const rows = [];
+  let row = [], field = "", quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i];
+    if (quoted) {
+      if (ch === '"' && text[i + 1] === '"') { field += '"'; i++; }
+      else if (ch === '"') quoted = false;
+      else field += ch;
+    } else if (ch === '"') quoted = true;
+    else if (ch === ",") { row.push(field); field = ""; }
+    else if (ch === "\n" || ch === "\r") {
+      if (ch === "\r" && text[i + 1] === "\n") i++;
+      row.push(field); field = "";
+      if (row.length > 1 || row[0] !== "") rows.push(row);
+      row = [];
+    } else field += ch;
+  }
+  if (field !== "" || row.length) { row.push(field); rows.push(row); }
+  const head = rows.shift() || [];
+  return rows.map((r) => Object.fromEntries(head.map((h, i) => [h, r[i] === undefined ? "" : r[i]])));
+}
+
+const f = (x) => (x === "" || x === undefined ? null : Number(x));
+const yes = (x) => x === "True" || x === "true" || x === "1";
+
+function duration(s) {
+  if (s === null || Number.isNaN(s)) return "–";
+  if (s < 120) return `${s.toFixed(0)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+function colour(key) {
+  let h = 2166136261;
+  for (const ch of key) { h ^= ch.charCodeAt(0); h = Math.imul(h, 16777619); }
+  h ^= h >>> 13; h = Math.imul(h, 0x5bd1e995); h ^= h >>> 15;
+  return `hsl(${(((h >>> 0) * 137.508) % 360).toFixed(0)} 60% 42%)`;
+}
+
+function utilTypes() {
+  return replay.rounds.length ? Object.keys(replay.rounds[0]).filter((k) => k.startsWith("util_")) : [];
+}
+
+function plot() {
+  const ns = "http://www.w3.org/2000/svg", W = 640, H = 90, n = replay.rounds.length;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("aria-label", "utilization by GPU type");
+  const x = (i) => (n > 1 ? (i / (n - 1)) * (W - 4) + 2 : W / 2);
+  for (const k of utilTypes()) {
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", replay.rounds.map((r, i) => `${x(i).toFixed(1)},${(H - 2 - (f(r[k]) || 0) * (H - 4)).toFixed(1)}`).join(" "));
+    line.setAttribute("fill", "none"); line.setAttribute("stroke", colour("type:" + k.slice(5))); line.setAttribute("stroke-width", "1.2");
+    svg.append(line);
+  }
+  const cursor = document.createElementNS(ns, "line");
+  cursor.setAttribute("id", "cursor"); cursor.setAttribute("y1", 0); cursor.setAttribute("y2", H);
+  cursor.setAttribute("stroke", "#1d1d1f"); cursor.setAttribute("stroke-width", "1");
+  svg.append(cursor);
+  replay.x = x;
+  $("usage").replaceChildren(svg, el("div", {}, ...utilTypes().map((k) => el("span", { style: "margin-right:10px" },
+    el("span", { class: "swatch", style: `background:${colour("type:" + k.slice(5))}` }), `${k.slice(5)} utilization`))));
+}
+
+function jobStatus(j, t) {
+  const arr = f(j.arrival_time), start = f(j.first_start), end = f(j.completion_time);
+  if (arr === null || t < arr) return null;
+  if (end !== null && end <= t) return "finished";
+  if (start !== null && start <= t) return "started";
+  return "waiting";
+}
+
+function show(i) {
+  replay.index = i;
+  const r = replay.rounds[i];
+  if (!r) return;
+  const t = f(r.time);
+  $("round").textContent = i; $("time").textContent = duration(t);
+  document.body.dataset.round = i;
+  const c = document.getElementById("cursor");
+  if (c) { c.setAttribute("x1", replay.x(i)); c.setAttribute("x2", replay.x(i)); }
+  const util = utilTypes().map((k) => `${k.slice(5)} ${(100 * (f(r[k]) || 0)).toFixed(0)} %`).join(", ");
+  $("explanation").replaceChildren(
+    el("p", {}, `Round ${i} at ${duration(t)}: ${r.running_jobs} of ${r.active_jobs} active jobs ran, ${r.waiting_jobs} waited.`),
+    el("p", {}, `Started ${r.started}, preempted ${r.preempted}, migrated ${r.migrated}, completed ${r.completed}.`),
+    el("p", {}, yes(r.recomputed) ? `The allocation was recomputed (solver ${(1000 * f(r.solver_seconds)).toFixed(1)} ms).`
+                                   : "The allocation in force was kept (no solve)."),
+    el("p", {}, `Utilization: ${util || "–"}.`));
+  const rb = $("rounds").tBodies[0];
+  rb.replaceChildren();
+  for (let k = Math.max(0, i - 8); k <= Math.min(replay.rounds.length - 1, i + 8); k++) {
+    const q = replay.rounds[k];
+    const tr = el("tr", { "data-round": k, style: k === i ? "background:#fff7d6" : "" },
+      el("td", {}, k), el("td", {}, duration(f(q.time))), el("td", {}, `${q.running_jobs} / ${q.waiting_jobs}`),
+      el("td", {}, q.started), el("td", {}, q.preempted), el("td", {}, q.migrated),
+      el("td", {}, yes(q.recomputed) ? "yes" : "no"),
+      el("td", {}, yes(q.recomputed) ? `${(1000 * f(q.solver_seconds)).toFixed(1)} ms` : "–"));
+    rb.append(tr);
+  }
+  const jb = $("jobs").tBodies[0];
+  jb.replaceChildren();
+  const order = { started: 0, waiting: 1, finished: 2 };
+  const shown = replay.jobs.map((j) => [j, jobStatus(j, t)]).filter(([, s]) => s && s !== "finished")
+    .sort((a, b) => order[a[1]] - order[b[1]]);
+  for (const [j, s] of shown.slice(0, 200)) {
+    jb.append(el("tr", { "data-job": j.job_id },
+      el("td", {}, el("span", { class: "swatch", style: `background:${colour(String(j.job_id))}` }), j.job_id),
+      el("td", { class: s === "started" ? "status-running" : "status-queued" }, s),
+      el("td", {}, j.model || "–"), el("td", {}, j.scale_factor || "–"),
+      el("td", {}, duration(f(j.arrival_time))), el("td", {}, duration(f(j.first_start))),
+      el("td", {}, duration(f(j.completion_time))), el("td", {}, j.preemptions || "0")));
+  }
+}
+
+async function load(files) {
+  for (const file of files) {
+    const rows = parseCsv(await file.text());
+    if (file.name.startsWith("rounds")) replay.rounds = rows;
+    else if (file.name.startsWith("jobs")) replay.jobs = rows;
+  }
+  if (!replay.rounds.length) { $("usage").textContent = "No rounds.csv among the chosen files."; return; }
+  $("nrounds").textContent = replay.rounds.length;
+  const s = $("slider");
+  s.max = replay.rounds.length - 1; s.value = 0; s.disabled = false;
+  plot();
+  show(0);
+}
+
+$("files").addEventListener("change", (e) => load([...e.target.files]));
+$("slider").addEventListener("input", (e) => show(Number(e.target.value)));
