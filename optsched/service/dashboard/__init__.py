@@ -18,8 +18,10 @@ never slowing the API.
 # (no `from __future__ import annotations`: FastAPI reads the routes' annotations, imported locally)
 
 import asyncio
+import functools
 import hmac
 import json
+import logging
 from importlib import resources
 from typing import Any
 
@@ -27,6 +29,7 @@ QUEUE_SIZE = 8  # views kept per listener before the oldest is dropped
 KEEPALIVE_SECONDS = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
 RECENT_ROUNDS = 50  # rounds the page lists at first (later ones arrive live)
 COOKIE = "optsched_token"
+log = logging.getLogger("optsched.service.dashboard")
 STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8",
           "replay.js": "text/javascript; charset=utf-8"}
 
@@ -65,40 +68,49 @@ class Hub:
 def view(session, kind: str = "") -> dict:
     """What the page shows, from the session's committed state: the cluster's
     servers and GPUs, the jobs (share against an equal share), the last round
-    and the allocation's explanation."""
+    and the allocation's explanation. Read from the committed JSON memory (plain
+    values: no conversion walk), built once per commit while a page listens."""
+    with session._lock:  # (the caller holds the session's request lock too)
+        s = session._s
+        cfg = session.config
+        alloc = s["allocation"] or {}
+        shares = {j: float(sum(row)) for j, row in zip(alloc.get("job_ids", ()), alloc.get("fractions", ()))}
+        jobs = [session._job_out(r) for r in s["jobs"].values()]
+        total = sum(session.cluster.gpus.values())
+        demand = sum(float(j["spec"].get("weight", 1.0)) * int(j["spec"].get("scale_factor", 1)) for j in jobs)
+        now = float(s["time"])
+        out_jobs = []
+        for j in jobs:
+            spec = j["spec"]
+            w, sf = float(spec.get("weight", 1.0)), int(spec.get("scale_factor", 1))
+            # The equal (weighted) share of time: each job's weight of the cluster, at most all of the time.
+            fair = min(1.0, total * w / demand) if demand else None
+            start = j["first_start"] if j["first_start"] is not None else now  # not started: waiting until now
+            out_jobs.append({
+                "id": j["id"], "status": j["status"], "model": spec.get("model"), "scale_factor": sf, "weight": w,
+                "steps_done": j["steps_done"], "steps_total": spec.get("steps_total"),
+                "attained_service": j["attained_service"], "waiting": max(start - j["arrival_time"], 0.0),
+                "share": shares.get(j["id"]), "fair_share": fair, "preemptions": j["preemptions"], "gpus": j["gpus"],
+            })
+        return {
+            "session_id": s["session_id"], "version": session.version, "kind": kind, "round": s["round"], "time": now,
+            "policy": cfg.policy, "round_length": cfg.round_length,
+            "servers": _servers(json.dumps(s["config"]["cluster"], sort_keys=True), cfg.allocator.gpus_per_server),
+            "jobs": out_jobs, "finished_jobs": s["finished_count"], "last_round": s["last_round"],
+            "allocation": {k: alloc.get(k) for k in ("policy", "status", "objective", "solve_seconds", "explanation")}
+            if alloc else None,
+        }
+
+
+@functools.lru_cache(maxsize=64)
+def _servers(cluster_json: str, gpus_per_server: int) -> list[dict]:
+    """The servers and their GPUs as placement lays them out (a session's cluster never changes)."""
+    from optsched.model import Cluster
     from optsched.placement import Layout
 
-    st = session.state()
-    cfg = session.config
-    layout = Layout.from_cluster(session.cluster, cfg.allocator.gpus_per_server)
-    servers = [{"id": sid, "gpu_type": t, "gpus": int(cap)}
-               for t, tl in layout.types.items() for sid, cap in zip(tl.server_ids, tl.server_capacity)]
-    alloc = st["allocation"] or {}
-    shares = {j: sum(row.values()) for j, row in (alloc.get("allocation") or {}).items()}
-    jobs = st["jobs"]
-    total = sum(session.cluster.gpus.values())
-    demand = sum(float(j["spec"].get("weight", 1.0)) * int(j["spec"].get("scale_factor", 1)) for j in jobs)
-    now = float(st["time"])
-    out_jobs = []
-    for j in jobs:
-        spec = j["spec"]
-        w, sf = float(spec.get("weight", 1.0)), int(spec.get("scale_factor", 1))
-        # The equal (weighted) share of time: each job's weight of the cluster, at most all of the time.
-        fair = min(1.0, total * w / demand) if demand else None
-        start = j["first_start"] if j["first_start"] is not None else now  # not started: waiting until now
-        out_jobs.append({
-            "id": j["id"], "status": j["status"], "model": spec.get("model"), "scale_factor": sf, "weight": w,
-            "steps_done": j["steps_done"], "steps_total": spec.get("steps_total"),
-            "attained_service": j["attained_service"], "waiting": max(start - j["arrival_time"], 0.0),
-            "share": shares.get(j["id"]), "fair_share": fair, "preemptions": j["preemptions"], "gpus": j["gpus"],
-        })
-    return {
-        "session_id": st["session_id"], "version": st["version"], "kind": kind, "round": st["round"], "time": now,
-        "policy": cfg.policy, "round_length": cfg.round_length, "servers": servers, "jobs": out_jobs,
-        "finished_jobs": st["finished_jobs"], "last_round": st["last_round"],
-        "allocation": {k: alloc.get(k) for k in ("policy", "status", "objective", "solve_seconds", "explanation")}
-        if alloc else None,
-    }
+    layout = Layout.from_cluster(Cluster.model_validate(json.loads(cluster_json)), gpus_per_server)
+    return [{"id": sid, "gpu_type": t, "gpus": int(cap)}
+            for t, tl in layout.types.items() for sid, cap in zip(tl.server_ids, tl.server_capacity)]
 
 
 def recent_rounds(store, sid: str, limit: int = RECENT_ROUNDS) -> list[dict]:
@@ -206,12 +218,19 @@ def add_dashboard_routes(app, registry, token: str | None, run_locked) -> None:
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
+def _view_text(session, kind: str) -> str:
+    return json.dumps(view(session, kind), separators=(",", ":"), allow_nan=False)  # committed JSON: no NaN
+
+
 async def publish_after(app, session, kind: Any = "") -> None:
     """After a committed change to ``session`` (lock held): its view to the page's listeners, if any."""
     from optsched.service.app import _in_thread
-    from optsched.service.session import jsonable
 
     hub: Hub = app.state.hub
     if hub.wants(session.id):
-        v = await _in_thread(view, session, kind)
-        hub.publish(session.id, json.dumps(jsonable(v), separators=(",", ":")))
+        try:
+            text = await _in_thread(_view_text, session, kind)
+        except Exception:  # the change is committed and answered whatever the page's view does
+            log.exception("dashboard view of session %s failed", session.id)
+            return
+        hub.publish(session.id, text)
