@@ -141,7 +141,7 @@ def test_dashboard_follows_a_live_session_in_chromium(server, browser, tmp_path)
                 path = tmp_path / f"dashboard-round{r['round']}-{kind}.png"
                 browser.save_screenshot(str(path))
                 shots.append(path)
-        status = {tr.get_attribute("data-job"): tr.find_element("css selector", "td:nth-child(2)").text
+        status = {tr.get_attribute("data-job"): tr.find_element("css selector", "td:nth-child(2)").text.split("\n")[0]
                   for tr in browser.find_elements("css selector", "#jobs tbody tr")}
         assert {j for j, st in status.items() if st == "running"} == set(r["placement"])
     assert seen["preempted"] is not None and seen["migrated"] is not None, seen
@@ -192,3 +192,26 @@ def test_replay_of_a_recorded_simulation_in_chromium(server, browser, tmp_path):
             browser.save_screenshot(str(path))
             print("screenshot:", path)
     assert not severe(browser), severe(browser)
+
+
+def test_a_slow_listener_loses_its_oldest_views_and_never_blocks():
+    """The hub's queues are bounded: publishing never waits; a page that does not read keeps the newest views."""
+    import asyncio
+
+    from optsched.service.dashboard import Hub
+
+    async def main():
+        hub = Hub(size=3)
+        slow, fast = hub.listen("s"), hub.listen("s")
+        got = []
+        for v in range(10):
+            hub.publish("s", str(v))
+            got.append(fast.get_nowait())  # a page that keeps up sees every view
+        assert got == [str(v) for v in range(10)]
+        assert [slow.get_nowait() for _ in range(slow.qsize())] == ["7", "8", "9"]
+        assert hub.dropped == 7
+        hub.leave("s", slow)
+        hub.leave("s", fast)
+        assert not hub.wants("s") and not hub.listeners  # nothing is built once the last page leaves
+
+    asyncio.run(main())

@@ -95,7 +95,7 @@ def view(session, kind: str = "") -> dict:
         return {
             "session_id": s["session_id"], "version": session.version, "kind": kind, "round": s["round"], "time": now,
             "policy": cfg.policy, "round_length": cfg.round_length,
-            "servers": _servers(json.dumps(s["config"]["cluster"], sort_keys=True), cfg.allocator.gpus_per_server),
+            "servers": _servers(json.dumps(s["config"]["cluster"]), cfg.allocator.gpus_per_server),
             "jobs": out_jobs, "finished_jobs": s["finished_count"], "last_round": s["last_round"],
             "allocation": {k: alloc.get(k) for k in ("policy", "status", "objective", "solve_seconds", "explanation")}
             if alloc else None,

@@ -135,7 +135,7 @@ function renderJobs(v) {
   for (const j of jobs) {
     const types = [...new Set((j.gpus || []).map((g) => g.gpu_type))].join("+");
     const status = el("td", { class: `status-${j.status}` }, j.status);
-    if (j.status !== "running") status.title = queuedReason(j, v, bottleneck);
+    if (j.status !== "running") status.append(el("div", { class: "reason" }, queuedReason(j, v, bottleneck)));
     body.append(el("tr", { "data-job": j.id },
       el("td", {}, el("span", { class: "swatch", style: `background:${colour(j.id)}` }), j.id,
          bottleneck.has(j.id) ? " *" : ""),
