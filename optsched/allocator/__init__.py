@@ -30,6 +30,7 @@ reproducing its numbers (bench/fidelity.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -228,7 +229,8 @@ class Allocator:
         gone = self._gone(ids, at)
         lease = st.lease.without(gone) if gone else st.lease
         per = period(st, reset)
-        books = gather(st, per, at, ids, self.seed)
+        # Ties: by arrival, then id (the view's rank), not the stored per-id hash.
+        books = dataclasses.replace(gather(st, per, at, ids, self.seed), tiebreak=view.order)
         units = self._units(view, av, books, per, skips_zero_priority(allocation.policy))
         seats = seat(units, ids, lease, self.cols, self.placement_options)
         seats.notes[:0] = av.notes

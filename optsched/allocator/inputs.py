@@ -23,6 +23,7 @@ class JobsView:
     sf: np.ndarray  # (n,) int64
     widths: list[int]
     usable: np.ndarray  # (n, k) bool: positive throughput and enough GPUs of the type
+    order: np.ndarray  # (n,) in [0, 1): rank by (arrival time, job id), the documented tie-break
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class InputReader:
         hit = self._cache.get("view")
         if hit is not None and hit.inst is inst:
             return hit
-        key = (inst.job_ids, inst.gpu_types, T.shape, T.dtype, sf.dtype, T.tobytes(), sf.tobytes())
+        arrival = np.asarray(inst.arrival_time, dtype=float)
+        key = (inst.job_ids, inst.gpu_types, T.shape, T.dtype, sf.dtype, T.tobytes(), sf.tobytes(), arrival.tobytes())
         if hit is not None and hit.key == key:
             return hit
         view = _jobs_view(inst, key, T, sf, self.cols)
@@ -122,7 +124,19 @@ def _jobs_view(inst: Instance, key: tuple, T: np.ndarray, sf: np.ndarray, cols: 
             f"jobs[{m}].scale_factor: job {ids[m]!r} needs {sfi[m]} GPUs but no GPU type it can run on has "
             f"that many ({have or 'it has no positive throughput'})"
         )
-    return JobsView(inst, key, ids, sfi, sfi.tolist(), usable)
+    return JobsView(inst, key, ids, sfi, sfi.tolist(), usable, arrival_rank(inst.arrival_time, ids))
+
+
+def arrival_rank(arrival, ids: tuple[str, ...]) -> np.ndarray:
+    """Each job's place among the round's jobs by (arrival time, job id),
+    scaled to [0, 1): the last key of every ranking, so equal-priority jobs
+    go earlier arrival first, then by id — the same order whoever names the
+    jobs (a session, the simulator, a caller's own ids)."""
+    n = len(ids)
+    arr = np.asarray(arrival, dtype=float).tolist()
+    rank = np.empty(n)
+    rank[sorted(range(n), key=lambda m: (arr[m], ids[m]))] = np.arange(n) / max(n, 1)
+    return rank
 
 
 def _checked_allocation(allocation: Allocation, cols: Columns):
