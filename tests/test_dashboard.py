@@ -122,6 +122,7 @@ def test_dashboard_follows_a_live_session_in_chromium(server, browser, tmp_path)
     browser.get(f"{server.url}/dashboard/{s.id}?token={TOKEN}")
     wait_for(browser, lambda d: d.find_element("id", "status").text == "live", "a live connection")
     wait_for(browser, lambda d: d.execute_script("return document.body.dataset.round") == "0", "round 0")
+    assert "token" not in browser.current_url  # dropped from the address (and history) once the cookie is set
     shots, seen = [], {"preempted": None, "migrated": None}
     driver = workload.Driver(seed=0)
     for _ in range(ROUNDS):

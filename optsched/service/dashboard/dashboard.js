@@ -12,6 +12,9 @@ state.views = 0;
 
 const $ = (id) => document.getElementById(id);
 
+// The token came in the address once; the page's cookie carries it from now on: keep it out of the history.
+if (new URLSearchParams(location.search).has("token")) history.replaceState(null, "", location.pathname);
+
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {

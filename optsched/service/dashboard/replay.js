@@ -3,6 +3,9 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
+
+// The token came in the address once; the page's cookie carries it from now on: keep it out of the history.
+if (new URLSearchParams(location.search).has("token")) history.replaceState(null, "", location.pathname);
 const replay = { rounds: [], jobs: [], index: 0 };
 window.optschedReplay = replay;
 
