@@ -170,6 +170,8 @@ class RemoteSession:
     def __init__(self, client: Client, session_id: str):
         self.client, self.id = client, session_id
         self._base = f"/v1/sessions/{session_id}"
+        self._last_seq = 0
+        self._unanswered: dict[str, int] = {}  # a report's JSON -> its seq, while its call got no answer
 
     def submit(self, jobs: Iterable[dict] | dict) -> list[dict]:
         """Submit jobs (dicts or JobSpec models); their new state."""
@@ -198,9 +200,38 @@ class RemoteSession:
         return out
 
     def report(self, reports: Iterable[dict] | dict) -> list[dict]:
-        """Progress reports (``{"job_id", "steps", "seconds"?}``); the jobs' new state."""
+        """Progress reports (``{"job_id", "steps", "seconds"?}``); the jobs' new state.
+
+        Each report gets a per-job ``seq`` unless it has one, so it counts once:
+        if a call gets no answer (``UnreachableError``: the server may or may not
+        have applied it), calling again with the same report re-sends the same
+        ``seq`` and the server skips it if it was applied. A new report (other
+        content, or after an answered call) gets a new, larger ``seq``."""
         reports = [reports] if isinstance(reports, dict) else [_plain(r) for r in reports]
-        return self.client.request("POST", f"{self._base}/progress", {"reports": reports})["jobs"]
+        reports = [self._sequenced(dict(r)) for r in reports]
+        try:
+            out = self.client.request("POST", f"{self._base}/progress", {"reports": reports})["jobs"]
+        except UnreachableError:
+            raise  # outcome unknown: keep the seqs for the caller's retry
+        except ServiceError:
+            self._unanswered.clear()  # refused as a whole: nothing was applied
+            raise
+        self._unanswered.clear()
+        return out
+
+    def _sequenced(self, r: dict) -> dict:
+        """``r`` with a seq: the one of the same unanswered report (a retry), else a
+        new one above every seq this client sent. New seqs start at the clock's
+        nanoseconds so a restarted client's reports stay above the ones before
+        (a seq only tells a retry from a new report; it decides nothing else)."""
+        if r.get("seq") is not None or not isinstance(r.get("job_id"), str):
+            return r
+        key = json.dumps(r, sort_keys=True, default=str)
+        seq = self._unanswered.get(key)
+        if seq is None:
+            seq = self._last_seq = max(self._last_seq + 1, time.time_ns())
+            self._unanswered[key] = seq
+        return {**r, "seq": seq}
 
     def record(self, job_id: str, gpu_type: str, seconds: float) -> dict:
         """Allocator.record's name: the job ran only ``seconds`` in the last round."""

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 
 from optsched.allocator import Allocator
 from optsched.model import Allocation, Cluster, Instance
@@ -45,3 +48,74 @@ def test_a_callers_own_ids_give_the_same_schedule():
     for _ in range(20):
         pa, pb = A.next_round(a, alloc_a), B.next_round(b, alloc_b)
         assert sorted(rename[j] for j in pa.assignments) == sorted(pb.assignments)
+
+
+# ---------------------------------------------------------------- idempotent progress from the client
+
+
+def _client_losing_answers(lose: set[int]):
+    """A Client on the real app in process; the answers of the POST /progress
+    calls numbered in ``lose`` are lost after the server applied them."""
+    import httpx
+    from fastapi.testclient import TestClient
+
+    from optsched.client import Client
+    from optsched.service import create_app
+
+    app = TestClient(create_app(":memory:"))
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        r = app.request(request.method, request.url.path, content=request.content,
+                        headers={"content-type": "application/json"}, params=dict(request.url.params))
+        if request.url.path.endswith("/progress"):
+            calls.append(json.loads(request.content))
+            if len(calls) - 1 in lose:
+                raise httpx.ReadTimeout("the answer was lost")
+        return httpx.Response(r.status_code, content=r.content, headers=r.headers)
+
+    return Client("http://test", transport=httpx.MockTransport(handler)), calls
+
+
+def test_a_retried_report_counts_once():
+    from optsched.client import UnreachableError
+
+    c, calls = _client_losing_answers({0})
+    s = c.session({"gpus": {"v100": 2}}, round_length=360)
+    s.submit([{"id": "a", "throughput": {"v100": 1.0}, "steps_total": 10_000}])
+    s.next_round()
+    with pytest.raises(UnreachableError):
+        s.report([{"job_id": "a", "steps": 100}])  # applied, answer lost
+    assert s.job("a")["steps_done"] == 100
+    (out,) = s.report([{"job_id": "a", "steps": 100}])  # the caller's retry
+    assert out["steps_done"] == 100 and s.job("a")["steps_done"] == 100
+    assert calls[0]["reports"][0]["seq"] == calls[1]["reports"][0]["seq"]  # the same seq went twice
+    # A new report after an answered call counts, with a larger seq.
+    (out,) = s.report([{"job_id": "a", "steps": 100}])
+    assert out["steps_done"] == 200 and calls[2]["reports"][0]["seq"] > calls[1]["reports"][0]["seq"]
+    # The same report sent twice with the same seq (a retry the caller makes itself) counts once.
+    s.report([{"job_id": "a", "steps": 50, "seq": calls[2]["reports"][0]["seq"] + 1}])
+    s.report([{"job_id": "a", "steps": 50, "seq": calls[2]["reports"][0]["seq"] + 1}])
+    assert s.job("a")["steps_done"] == 250
+
+
+# ---------------------------------------------------------------- job ids "." and ".."
+
+
+@pytest.mark.parametrize("job_id", [".", ".."])
+def test_dot_job_ids_are_refused_at_submit(job_id):
+    from fastapi.testclient import TestClient
+
+    from optsched.model import OptschedError
+    from optsched.service import Session, create_app
+
+    app = TestClient(create_app(":memory:"))
+    assert app.post("/v1/sessions", json={"cluster": {"gpus": {"v100": 2}}, "session_id": "s"}).status_code == 201
+    r = app.post("/v1/sessions/s/jobs", json={"jobs": [{"id": job_id, "throughput": {"v100": 1.0}}]})
+    assert r.status_code == 422 and r.json()["field"] == "jobs[0].id", r.text
+    assert app.get("/v1/sessions/s/jobs").json()["jobs"] == []
+    ok = app.post("/v1/sessions/s/jobs", json={"jobs": [{"id": "..x", "throughput": {"v100": 1.0}}]})
+    assert ok.status_code in (200, 201), ok.text  # dots inside an id are fine
+    s = Session.create({"cluster": {"gpus": {"v100": 2}}})
+    with pytest.raises(OptschedError, match=r"jobs\[0\]\.id"):
+        s.submit([{"id": job_id, "throughput": {"v100": 1.0}}])
