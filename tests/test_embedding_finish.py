@@ -119,3 +119,32 @@ def test_dot_job_ids_are_refused_at_submit(job_id):
     s = Session.create({"cluster": {"gpus": {"v100": 2}}})
     with pytest.raises(OptschedError, match=r"jobs\[0\]\.id"):
         s.submit([{"id": job_id, "throughput": {"v100": 1.0}}])
+
+
+# ---------------------------------------------------------------- the sweep's bar says what runs
+
+
+def test_sweep_concurrency_and_the_bar_shows_runs_in_flight(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import optsched.cli.sweep as cli
+    import optsched.sweep as sweep
+    from optsched.sweep.executors import concurrency
+    from optsched.sweep.spec import SweepSpec
+
+    local = SweepSpec("t", ["fifo"], executor="local", workers=4)
+    assert [concurrency(local, left) for left in (30, 4, 3, 1, 0)] == [4, 4, 3, 1, 0]
+    assert concurrency(SweepSpec("t", ["fifo"], executor="serial", workers=4), 30) == 1
+
+    seen = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=seen, force_terminal=True, width=120))
+
+    def fake(spec, out, progress=None, **_):
+        progress(0, 30, None)  # nothing finished yet: the bar must still say something moves
+        return "result"
+
+    monkeypatch.setattr(sweep, "run_sweep", fake)
+    assert cli._run(local, "out", show=True, keep_failed=False) == "result"
+    assert "0/30 runs" in seen.getvalue() and "running 4" in seen.getvalue()

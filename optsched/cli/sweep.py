@@ -171,16 +171,21 @@ def _run(spec, out, show: bool, keep_failed: bool):
     if show:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+        from optsched.sweep.executors import concurrency
+
+        # "running N": until the first run ends the bar has no rate (0/30, no time left), so
+        # it says how many runs are in flight.
         with Progress(TextColumn("[bold]sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
-                      TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=err_console, transient=True) as bar:
-            task = bar.add_task("sweep", total=None, failed=0)
+                      TextColumn("running {task.fields[running]}"), TextColumn("failed {task.fields[failed]}"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=True) as bar:
+            task = bar.add_task("sweep", total=None, failed=0, running=0)
             state = {"failed": 0}
 
             def progress(done, total, row):
                 if row is not None and row["status"] != "ok":
                     state["failed"] += 1
-                bar.update(task, completed=done, total=total, failed=state["failed"])
+                bar.update(task, completed=done, total=total, failed=state["failed"],
+                           running=concurrency(spec, total - done))
 
             res = run_sweep(spec, out, progress=progress, retry_failed=not keep_failed, validate=False)
     else:

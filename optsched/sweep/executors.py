@@ -100,6 +100,18 @@ def ray(runs: list[dict], workers: int | None = None, address: str | None = None
             _ray.shutdown()
 
 
+def concurrency(spec, left: int) -> int:
+    """How many of ``left`` runs the spec's executor runs at once (its pool
+    keeps every worker busy while runs are queued): the progress bar's
+    "running" count. A Ray cluster given by address counts as ``workers`` or
+    this machine's CPUs (its size is not known here)."""
+    if left <= 0:
+        return 0
+    if spec.executor == "serial":
+        return 1
+    return max(1, min(spec.workers or os.cpu_count() or 1, left))
+
+
 def executor_for(spec) -> Callable[[list[dict]], Iterable[dict]]:
     if spec.executor == "serial":
         return lambda runs: serial(runs)
