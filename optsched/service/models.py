@@ -21,9 +21,6 @@ ID_PATTERN = r"^[A-Za-z0-9_.:@+\-]{1,128}$"
 # Not "." or "..": a URL's dot segments, which clients (httpx, curl, browsers) resolve away, so such a
 # session could be created but never reached. (Three alternatives: pydantic's regex has no lookahead.)
 SESSION_ID_PATTERN = r"^(?:[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,63}|\.[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,62}|\.\.[A-Za-z0-9_.\-]{1,62})$"
-# A job id: ID_PATTERN but not "." or ".." (the same dot segments: /jobs/. would never reach the job).
-JOB_ID_PATTERN = (r"^(?:[A-Za-z0-9_:@+\-][A-Za-z0-9_.:@+\-]{0,127}|\.[A-Za-z0-9_:@+\-][A-Za-z0-9_.:@+\-]{0,126}"
-                  r"|\.\.[A-Za-z0-9_.:@+\-]{1,126})$")
 SOLVER_NAMES = ("auto", "ipm", "clarabel", "highs", "highs-simplex", "scs")
 PLACEMENTS = ("consolidated", "first_fit", "cpsat")
 QUEUES = ("phased", "per_type", "global", "gavel")
@@ -196,7 +193,7 @@ class JobSpec(_Body):
     (steps_done, elapsed_time, attained_service, last_run_time) are the
     session's: it keeps them from the progress reports."""
 
-    id: str = Field(pattern=JOB_ID_PATTERN, description="Unique within the session (also among finished jobs).")
+    id: str = Field(pattern=ID_PATTERN, description="Unique within the session (also among finished jobs).")
     model: str = Field(default="", max_length=256)
     scale_factor: int = Field(default=1, ge=1, le=100_000, description="GPUs the job runs on.")
     weight: float = Field(default=1.0, gt=0, le=1e9, description="Priority weight (2 = twice the share).")
