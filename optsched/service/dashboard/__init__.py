@@ -1,7 +1,7 @@
 """The operator's dashboard: one live page per session (docs/guide/dashboard.md).
 
     GET /dashboard/{sid}              the page (HTML; its JS and CSS are package files, no CDN)
-    GET /dashboard/static/{name}      dashboard.js, dashboard.css
+    GET /dashboard/static/{name}      common.js, dashboard.js, replay.js, dashboard.css
     GET /dashboard/{sid}/view         the page's data now (JSON, ``view``)
     GET /dashboard/{sid}/events       server-sent events: the view after every committed change
     GET /dashboard/replay             a recorded run (`--out` folder's rounds.csv, jobs.csv) with a time slider
@@ -30,7 +30,8 @@ KEEPALIVE_SECONDS = 15.0  # an SSE comment this often keeps proxies from closing
 RECENT_ROUNDS = 50  # rounds the page lists at first (later ones arrive live)
 COOKIE = "optsched_token"
 log = logging.getLogger("optsched.service.dashboard")
-STATIC = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8",
+STATIC = {"common.js": "text/javascript; charset=utf-8",
+          "dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8",
           "replay.js": "text/javascript; charset=utf-8"}
 
 

@@ -2,21 +2,9 @@
 // the files are read in the browser (nothing is uploaded), a slider walks the rounds.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
 
-// The token came in the address once; the page's cookie carries it from now on: keep it out of the history.
-if (new URLSearchParams(location.search).has("token")) history.replaceState(null, "", location.pathname);
 const replay = { rounds: [], jobs: [], index: 0 };
 window.optschedReplay = replay;
-
-function el(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v; else if (k === "style") e.style.cssText = v; else e.setAttribute(k, v);
-  }
-  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return e;
-}
 
 // CSV as the simulator writes it (pandas: a header row, quoted fields when needed).
 function parseCsv(text) {
@@ -44,20 +32,6 @@ function parseCsv(text) {
 
 const f = (x) => (x === "" || x === undefined ? null : Number(x));
 const yes = (x) => x === "True" || x === "true" || x === "1";
-
-function duration(s) {
-  if (s === null || Number.isNaN(s)) return "–";
-  if (s < 120) return `${s.toFixed(0)} s`;
-  if (s < 7200) return `${(s / 60).toFixed(1)} min`;
-  return `${(s / 3600).toFixed(1)} h`;
-}
-
-function colour(key) {
-  let h = 2166136261;
-  for (const ch of key) { h ^= ch.charCodeAt(0); h = Math.imul(h, 16777619); }
-  h ^= h >>> 13; h = Math.imul(h, 0x5bd1e995); h ^= h >>> 15;
-  return `hsl(${(((h >>> 0) * 137.508) % 360).toFixed(0)} 60% 42%)`;
-}
 
 function utilTypes() {
   return replay.rounds.length ? Object.keys(replay.rounds[0]).filter((k) => k.startsWith("util_")) : [];
