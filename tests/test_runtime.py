@@ -139,9 +139,9 @@ def test_expired_lease_stops_the_job_with_a_checkpoint(tmp_path):
 def test_local_run_preempts_and_resumes_without_lost_progress(tmp_path):
     run_dir = str(tmp_path / "run")
     steps = 500
-    # work=4: each job needs several 1 s rounds even on an idle machine, so the
-    # 4 jobs on 2 slots must rotate (preempt and resume) to share them.
-    jobs = [regression_job(f"j{i}", steps, arrival=0.0 if i < 3 else 1.0, work=4) for i in range(4)]
+    # work=4 and 5 ms of waiting per step (an accelerator's time): each job needs several 1 s rounds
+    # however fast the machine's CPUs are, so the 4 jobs on 2 slots must rotate (preempt and resume).
+    jobs = [regression_job(f"j{i}", steps, arrival=0.0 if i < 3 else 1.0, work=4, sleep_ms=5) for i in range(4)]
     # No wall-clock limit that a busy machine could reach (it stopped after 60 s): the run ends when the jobs do.
     res = run(jobs, "local", cluster="slot=2", round_length=1.0, grace=3.0, run_dir=run_dir, max_time=HANG)
     s = res.summary

@@ -185,12 +185,13 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
         agent = _agent(c, db, logs[1])
         for name, g in (("b1", 4), ("b2", 4), ("b3", 1), ("b4", 2)):
             good[name] = _sbatch(c, work, name, str(g), f"{thr} weight=2" if name == "b1" else thr)
-        # a job using optsched's job library: its progress file is in its working directory
+        # a job using optsched's job library: its progress file is in its working directory; each step waits
+    # 25 ms (an accelerator's time), so it runs for several rounds however fast the machine's CPUs are
         d = os.path.join(work, "p1")
         os.makedirs(d)
         good["p1"] = scli.run(["sbatch", "--parsable", "--hold", "--gres=gpu:2", "-J", "p1", "-D", d, "-o", "out.log",
                                "--comment", "optsched: throughput=v100:300,k80:150 steps=400", "--wrap",
-                               f"export OPTSCHED_JOB_DIR=$PWD; exec {sys.executable} {REGRESSION} --steps 400 --work 2"],
+                               f"export OPTSCHED_JOB_DIR=$PWD; exec {sys.executable} {REGRESSION} --steps 400 --work 2 --sleep-ms 25"],
                               c.env).stdout.strip()
         _wait(lambda: _state(c, good["a4"]) in ("RUNNING", "COMPLETED"))
         scli.run(["scancel", good["a4"]], c.env)  # cancelled by its user (if it has not finished already)
