@@ -141,8 +141,79 @@ def worker(argv) -> None:
 
 # ---------------------------------------------------------------- optsched's side
 
-def ours_simulate(trace: str, policy: str, seed: int, window, **options) -> dict:
-    """optsched simulate on the same .trace with Gavel's mechanism (bench/fidelity.py)."""
+def gavel_type_shuffle(seed: int):
+    """Bench-only emulation of Gavel's agnostic type order: ``random.Random(seed + 5)``
+    shuffles [v100, p100, k80] afresh every round, one stream over the run (optsched's
+    ``type_order="shuffle"`` draws each round's permutation from (seed, state digest) instead,
+    so a restored allocator shuffles alike). Patches the walk's type order for one run;
+    returns the undo."""
+    import random
+
+    from optsched.allocator import walk
+
+    rng, original = random.Random(seed + 5), walk.WalkOptions.type_walk
+
+    def type_walk(self, digest):
+        if not self.shuffle:
+            return original(self, digest)
+        order = list(self.order)  # the cluster's order, v100, p100, k80 as the harness gives it
+        rng.shuffle(order)
+        pos = np.empty(len(order), dtype=np.int64)
+        pos[order] = np.arange(len(order))
+        return order, pos
+
+    walk.WalkOptions.type_walk = type_walk
+    return lambda: setattr(walk.WalkOptions, "type_walk", original)
+
+
+def gavel_lp_fractions(inst, agnostic: bool) -> np.ndarray:
+    """Gavel's LAS program as its policy states it (max_min_fairness.py: maximize the least
+    throughput relative to the proportional share, times the scale factor, under the base
+    constraints), solved as Gavel solves it: cvxpy with ECOS, the raw optimum clipped to
+    [0, 1], no second stage. ECOS is an interior-point method: where the optimum is a face
+    (every job above the least one), it returns a point inside it, not a vertex."""
+    import cvxpy as cp
+
+    order = np.argsort(inst.gpu_types)  # Gavel's columns: the types' names sorted
+    T = np.asarray(inst.throughput, dtype=float)[:, order]
+    T = np.ones_like(T) if agnostic else T  # Gavel's agnostic LAS: every throughput 1.0
+    W = np.asarray(inst.capacity, dtype=float)[order]
+    s = np.asarray(inst.scale_factor, dtype=float)
+    n = T.shape[0]
+    prop = T @ (W / n) / (W / n).sum()  # its proportional policy's throughput (the 1/max row sum cancels)
+    coef = s / (np.asarray(inst.weight, dtype=float) * prop)
+    x = cp.Variable(T.shape)
+    S = np.repeat(s[:, None], T.shape[1], axis=1)
+    cp.Problem(cp.Maximize(cp.min(cp.sum(cp.multiply(T * coef[:, None], x), axis=1))),
+               [x >= 0, cp.sum(cp.multiply(S, x), axis=0) <= W, cp.sum(x, axis=1) <= 1]).solve(solver="ECOS")
+    X = np.empty_like(T)
+    X[:, order] = np.clip(x.value, 0.0, 1.0)
+    return X
+
+
+def gavel_lp(policy: str):
+    """Bench-only: optsched's LAS allocations replaced by Gavel's program solved as Gavel does
+    (``gavel_lp_fractions``); returns the undo."""
+    import dataclasses
+
+    from optsched.core import RoundCore
+
+    original = RoundCore.solve
+
+    def solve(self, inst, pair_classes=None):
+        a = original(self, inst, pair_classes)
+        if inst.scale_factor.size and list(a.job_ids) == list(inst.job_ids):
+            a = dataclasses.replace(a, fractions=gavel_lp_fractions(inst, policy.endswith("agnostic")))
+        return a
+
+    RoundCore.solve = solve
+    return lambda: setattr(RoundCore, "solve", original)
+
+
+def ours_simulate(trace: str, policy: str, seed: int, window, gavel_shuffle: bool = False, gavel_program: bool = False,
+                  **options) -> dict:
+    """optsched simulate on the same .trace with Gavel's mechanism (bench/fidelity.py);
+    ``gavel_shuffle``: Gavel's own shuffle stream for the agnostic type order."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from fidelity import GAVEL_ALLOCATOR
 
@@ -156,10 +227,15 @@ def ours_simulate(trace: str, policy: str, seed: int, window, **options) -> dict
         a = info["decision"].placement.assignments
         rounds.append([info["start"], {j: [s[0].gpu_type, len(s)] for j, s in a.items() if s}])
 
-    r = simulate(read_trace(trace), {"v100": 36, "p100": 36, "k80": 36}, policy=policy,
-                 throughputs=gavel_throughputs(PEER), round_length=360.0, min_recompute_interval=1920.0,
-                 seed=seed, window=tuple(window) if window else None, on_round=on_round,
-                 allocator_options=GAVEL_ALLOCATOR.get(policy, {}), **options)
+    undos = ([gavel_type_shuffle(seed)] if gavel_shuffle else []) + ([gavel_lp(policy)] if gavel_program else [])
+    try:
+        r = simulate(read_trace(trace), {"v100": 36, "p100": 36, "k80": 36}, policy=policy,
+                     throughputs=gavel_throughputs(PEER), round_length=360.0, min_recompute_interval=1920.0,
+                     seed=seed, window=tuple(window) if window else None, on_round=on_round,
+                     allocator_options=GAVEL_ALLOCATOR.get(policy, {}), **options)
+    finally:
+        for undo in undos:
+            undo()
     j = r.jobs.dropna(subset=["jct"])
     return {"jct": dict(zip(j["job_id"].astype(str), j["jct"].astype(float))), "rounds": rounds,
             "end": float(r.summary.get("end_time", np.nan))}
@@ -180,6 +256,22 @@ def first_round_divergence(g_rounds, o_rounds) -> str:
     return f"none in {min(len(g_rounds), len(o_rounds))} rounds"
 
 
+def service(rounds, ids) -> dict:
+    """Per GPU type: the mean GPUs busy per round, and the job-rounds the ``ids`` jobs ran there
+    (a systematic difference in how much of the cluster a simulator uses shows up here, where
+    per-job JCTs only show the trajectories drifting apart)."""
+    ids = set(ids)
+    busy, runs = {}, {}
+    for _, assigned in rounds:
+        for j, (kind, n) in assigned.items():
+            busy[kind] = busy.get(kind, 0) + n
+            if j in ids:
+                runs[kind] = runs.get(kind, 0) + 1
+    n = max(len(rounds), 1)
+    return {"rounds": len(rounds), **{f"busy_{k}": busy.get(k, 0) / n for k in ("v100", "p100", "k80")},
+            **{f"runs_{k}": runs.get(k, 0) for k in ("v100", "p100", "k80")}}
+
+
 def compare(g: dict, o: dict, window) -> dict:
     ids = sorted(set(g["jct"]) & set(o["jct"]), key=int)
     if window:
@@ -195,11 +287,12 @@ def compare(g: dict, o: dict, window) -> dict:
             "ratio_p10": float(np.quantile(ratio, 0.1)), "ratio_p90": float(np.quantile(ratio, 0.9)),
             "jobs_off": int(off.size), "first_job": first,
             "first_round": first_round_divergence(g["rounds"], o["rounds"]),
-            "missing": len(set(g["jct"]) ^ set(o["jct"]))}
+            "missing": len(set(g["jct"]) ^ set(o["jct"])),
+            "gavel_service": service(g["rounds"], ids), "ours_service": service(o["rounds"], ids)}
 
 
 def run_trace(args, rate: float, seed: int, multi: bool, label: str, tmp: Path) -> list[dict]:
-    trace = tmp / f"gavel_{'multi' if multi else 'single'}_{rate:g}_{seed}.trace"
+    trace = tmp / f"gavel_{'multi' if multi else 'single'}_{rate:g}_{seed}_{args.jobs}.trace"
     base = [args.python, __file__, "--worker", "--gavel", str(args.gavel), "--throughputs", str(args.throughputs)]
     if not trace.exists():
         subprocess.run(base + ["--generate", str(args.jobs), str(rate), str(seed), "1" if multi else "0", str(trace)],
@@ -207,7 +300,7 @@ def run_trace(args, rate: float, seed: int, multi: bool, label: str, tmp: Path) 
     rows = []
     for name in args.policies:
         gpol, opol = POLICIES[name]
-        out = tmp / f"{trace.stem}_{name}.json"
+        out = tmp / f"{trace.stem}_{name}{'_w%d-%d' % tuple(args.window) if args.window else ''}.json"
         if not out.exists():
             cmd = base + ["--simulate", str(trace), gpol, str(seed), "--json", str(out)]
             subprocess.run(cmd + (["--window", *map(str, args.window)] if args.window else []), check=True)
@@ -215,6 +308,12 @@ def run_trace(args, rate: float, seed: int, multi: bool, label: str, tmp: Path) 
         o = ours_simulate(str(trace), opol, seed, args.window, **dict(args.option))
         c = compare(g, o, args.window)
         c.update(trace=label, rate=rate, seed=seed, policy=name)
+        # Gavel keeps generating jobs until the window completes; a trace whose arrivals stop
+        # sooner lightens the load on its last measured jobs (both sides alike), so say so
+        arrival = [float(line.rsplit("\t", 1)[1]) for line in trace.read_text().splitlines()]
+        done = max(arrival[int(i)] + max(g["jct"][i], o["jct"][i]) for i in g["jct"] if i in o["jct"]
+                   and (not args.window or args.window[0] <= int(i) < args.window[1]))
+        c["arrivals_ended_early"] = arrival[-1] < done
         rows.append(c)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
@@ -224,7 +323,13 @@ def run_trace(args, rate: float, seed: int, multi: bool, label: str, tmp: Path) 
         print(f"{label} {rate:g}/h seed {seed} {name}: Gavel {c['gavel_h']:.2f} h, ours {c['ours_h']:.2f} h "
               f"({c['diff']:+.1%}), per-job ratio p10/p50/p90 {c['ratio_p10']:.3f}/{c['ratio_p50']:.3f}/"
               f"{c['ratio_p90']:.3f}, {c['jobs_off']}/{c['n']} jobs off >1 %; first job: {c['first_job']}; "
-              f"first round: {c['first_round']}", flush=True)
+              f"first round: {c['first_round']}" + ("; ARRIVALS ENDED BEFORE THE WINDOW COMPLETED"
+                                                    if c["arrivals_ended_early"] else ""), flush=True)
+        for side in ("gavel", "ours"):
+            sv = c[f"{side}_service"]
+            print(f"  {side}: {sv['rounds']} rounds, GPUs busy per round v100/p100/k80 "
+                  f"{sv['busy_v100']:.1f}/{sv['busy_p100']:.1f}/{sv['busy_k80']:.1f}; measured jobs' rounds "
+                  f"{sv['runs_v100']}/{sv['runs_p100']}/{sv['runs_k80']}", flush=True)
     return rows
 
 

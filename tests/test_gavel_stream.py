@@ -49,3 +49,27 @@ def test_stream_is_prefix_stable_and_distributed_as_gavels(table):
 def test_unknown_stream_is_refused(table):
     with pytest.raises(OptschedError, match="stream must be"):
         generate_gavel(table, 3, 2.0, stream="mt19937")
+
+
+def test_gavel_zero_reset_allocates_the_second_job_as_gavels_simulator(table):
+    # Gavel's simulator on this stream (seed 0, multi-GPU, 2 jobs/h; bench/gavel_sim_side_by_side.py):
+    # its reset at t = 0 leaves _last_reset_time == 0, read as "never reset", so job 1 (arrived at
+    # 489 s) is allocated in round 2 (t = 720 s), not after the 1,920 s interval.
+    from optsched.sim import simulate
+
+    trace = generate_gavel(table, 6, 2.0, seed=0, multi_gpu=True, stream="gavel")
+    first = {}
+    for quirk in (False, True):
+        runs = []
+
+        def on_round(info, runs=runs):
+            runs.append((info["start"], set(info["decision"].placement.assignments)))
+
+        simulate(trace, {"v100": 36, "p100": 36, "k80": 36}, policy="max_min_fairness", throughputs=table,
+                 round_length=360.0, min_recompute_interval=1920.0, on_round=on_round, gavel_zero_reset=quirk,
+                 allocator_options={"queue": "gavel", "type_order": ["v100", "p100", "k80"]})
+        first[quirk] = min(t for t, ran in runs if trace.jobs["job_id"].iloc[1] in ran)
+    assert first[True] == 720.0
+    assert first[False] >= 1920.0
+    with pytest.raises(OptschedError, match="gavel"):
+        simulate(trace, {"v100": 36}, policy="max_min_fairness", throughputs=table, gavel_zero_reset="yes")

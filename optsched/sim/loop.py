@@ -103,6 +103,9 @@ class SimConfig:
     policy_options: dict = field(default_factory=dict)
     loss_threshold: float | None = None  # end a job whose loss is within this relative distance of its final loss (stages.loss_termination)
     allocator_options: dict = field(default_factory=dict)  # Allocator keywords: queue, type_order, work_conserving
+    # True: a recomputation at t = 0 does not start min_recompute_interval, as in Gavel's simulator (it
+    # tests ``_last_reset_time == 0`` for "never reset", so after its reset at t = 0 the next one is free)
+    gavel_zero_reset: bool = False
 
     def validate(self, elastic: bool = False) -> None:
         """Every option against its documented range (optsched.sim.limits; ``elastic``: the jobs include
@@ -138,7 +141,7 @@ class SimConfig:
 
         from optsched.checks import check_flag, check_number, is_flag
 
-        for key in ("aggregate", "skip_unrunnable", "packing", "spread_rates"):
+        for key in ("aggregate", "skip_unrunnable", "packing", "spread_rates", "gavel_zero_reset"):
             check_flag(f"--{key.replace('_', '-')}", getattr(self, key))
         if self.time_limit != float("inf"):  # (inf: no limit)
             check_number("--time-limit", self.time_limit, 0.0, lo_open=True, unit="s")
@@ -346,6 +349,8 @@ def simulate_jobs(
             lambda: instance(ls.view, jobs, st, run.capacity, ls.now, run.overhead, run.server, goodput_policy,
                              fixed_batch=fixed_batch, features=features, resources=resources, price=run.price),
             observe=observe_fn, pair_classes=pair_fn)
+        if config.gavel_zero_reset and d.recomputed and ls.now == 0.0:
+            ls.last_recompute = -np.inf
 
         # --- execution and completion ---
         plan = allocate(d.placement, ls.allocation, jobs, st, run.index_of, run.type_index)
