@@ -30,7 +30,6 @@ reproducing its numbers (bench/fidelity.py).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -149,7 +148,7 @@ class Allocator:
         malformed field, a placement naming missing servers or GPUs, or two
         jobs on one GPU that are not a packed pair is an OptschedError naming
         the field, and nothing changes. Jobs not in ``active`` are dropped."""
-        self._state = AllocatorState.from_dict(state, self.cols, self.seed, active)
+        self._state = AllocatorState.from_dict(state, self.cols, active)
         self._cache = {}
 
     def state(self) -> dict:
@@ -229,13 +228,13 @@ class Allocator:
         gone = self._gone(ids, at)
         lease = st.lease.without(gone) if gone else st.lease
         per = period(st, reset)
-        # Ties: by arrival, then id (the view's rank), not the stored per-id hash.
-        books = dataclasses.replace(gather(st, per, at, ids, self.seed), tiebreak=view.order)
+        # Ties: by arrival, then id (the view's rank).
+        books = gather(st, per, at, ids, view.order)
         units = self._units(view, av, books, per, skips_zero_priority(allocation.policy))
         seats = seat(units, ids, lease, self.cols, self.placement_options)
         seats.notes[:0] = av.notes
         diff = round_diff(ids, seats, lease, books.running.tolist(), self._slots, round_no=st.round)
-        commit(st, RoundBooks(ids, at, av.x, books, per, av.pairs, seats, diff), self.seed, self._cache)
+        commit(st, RoundBooks(ids, at, av.x, books, per, av.pairs, seats, diff), self._cache)
         st.adopt_next = False
         st.credits = {}
         st.round += 1

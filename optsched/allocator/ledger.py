@@ -19,7 +19,7 @@ import numpy as np
 
 from optsched.allocator.assign import Seats
 from optsched.allocator.diff import RoundDiff
-from optsched.allocator.state import PRIOR_ROUNDS, AllocatorState, JobTable, PairMemory, pair_key, tiebreak
+from optsched.allocator.state import PRIOR_ROUNDS, AllocatorState, JobTable, PairMemory, pair_key
 
 RESET_TOLERANCE = 1e-9
 
@@ -91,24 +91,22 @@ class Books:
     received: np.ndarray  # (n, k)
     present: np.ndarray  # (n,)
     deficit: np.ndarray  # (n, k)
-    tiebreak: np.ndarray  # (n,)
+    tiebreak: np.ndarray  # (n,) the round's order of the jobs (arrival, then id): breaks exact ties
     ever: np.ndarray  # (n,) bool
     running: np.ndarray  # (n,) bool: ran last round
 
 
-def gather(state: AllocatorState, per: Period, at: Rows, ids: tuple[str, ...], seed: int) -> Books:
+def gather(state: AllocatorState, per: Period, at: Rows, ids: tuple[str, ...], order: np.ndarray) -> Books:
+    """``order``: the round's rank of each job (arrival, then id), the tie-break."""
     t, rows = state.jobs, at.rows
     if at.all_known:  # the common case: fancy indexing copies
-        return Books(per.received[rows], per.present[rows], per.deficit[rows], t.tiebreak[rows], t.ever[rows],
-                     t.running[rows])
+        return Books(per.received[rows], per.present[rows], per.deficit[rows], order, t.ever[rows], t.running[rows])
     n, k, known = len(ids), t.k, at.known
-    b = Books(np.full((n, k), PRIOR_ROUNDS), np.full(n, PRIOR_ROUNDS), np.zeros((n, k)), np.zeros(n),
+    b = Books(np.full((n, k), PRIOR_ROUNDS), np.full(n, PRIOR_ROUNDS), np.zeros((n, k)), order,
               np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))  # a new job's prior
     r = rows[known]
     b.received[known], b.present[known], b.deficit[known] = per.received[r], per.present[r], per.deficit[r]
-    b.tiebreak[known], b.ever[known], b.running[known] = t.tiebreak[r], t.ever[r], t.running[r]
-    for m in np.flatnonzero(~known):
-        b.tiebreak[m] = tiebreak(seed, ids[m])
+    b.ever[known], b.running[known] = t.ever[r], t.running[r]
     return b
 
 
@@ -138,7 +136,7 @@ class RoundBooks:
     diff: RoundDiff
 
 
-def commit(state: AllocatorState, rb: RoundBooks, seed: int, cache: dict) -> None:
+def commit(state: AllocatorState, rb: RoundBooks, cache: dict) -> None:
     """One round present per job and allocated pair, one round received per
     unit on each type it ran on, X in force, the new lease."""
     t, per, ids = state.jobs, rb.period, rb.ids
@@ -147,7 +145,7 @@ def commit(state: AllocatorState, rb: RoundBooks, seed: int, cache: dict) -> Non
         state.pairs = per.pairs
     rows = rb.at.rows
     if not rb.at.all_known:
-        t.append([ids[m] for m in np.flatnonzero(~rb.at.known)], seed)
+        t.append([ids[m] for m in np.flatnonzero(~rb.at.known)])
         rows = np.fromiter((t.row[j] for j in ids), dtype=np.int64, count=len(ids))
     k = t.k
     for key, c in rb.seats.pair_units:

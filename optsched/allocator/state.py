@@ -25,16 +25,15 @@ snapshot no longer lists them join it) and ``adopt_allocation`` (loaded from
 an older snapshot without ``prior_allocation``, no round since). A state
 without it (older snapshots) loads as round 0 with no credits or removals.
 
-Derived on load, never stored: the tie-break numbers (seed, job id), which
-jobs ran last round (the placement), the pair a job ran in (two jobs on the
-same GPUs).
+Derived on load, never stored: which jobs ran last round (the placement),
+the pair a job ran in (two jobs on the same GPUs). Exact ties are broken by
+the round's order of the jobs (arrival, then id), not by anything stored here.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,12 +59,6 @@ def unit_name(key: UnitKey) -> str:
 
 def members(key: UnitKey) -> tuple[str, ...]:
     return key if isinstance(key, tuple) else (key,)
-
-
-def tiebreak(seed: int, job_id: str) -> float:
-    """A fixed pseudo-random number per (seed, job): breaks exact ties without
-    favouring low job indices, with no RNG state to keep in sync."""
-    return zlib.crc32(f"{seed}:{job_id}".encode()) / 2**32
 
 
 @dataclass(frozen=True)
@@ -110,16 +103,14 @@ class JobTable:
     x: np.ndarray = None  # (rows, k) the allocation in force
     ever: np.ndarray = None  # (rows,) bool: ran at least once (alone or packed)
     running: np.ndarray = None  # (rows,) bool: ran last round (derived from the lease)
-    tiebreak: np.ndarray = None  # (rows,) derived from (seed, id)
     version: int = 0  # bumped whenever rows are added, removed or moved
 
-    COLUMNS = ("received", "present", "deficit", "x", "ever", "running", "tiebreak")
+    COLUMNS = ("received", "present", "deficit", "x", "ever", "running")
 
     def __post_init__(self):
         k = self.k
         defaults = {"received": np.zeros((0, k)), "present": np.zeros(0), "deficit": np.zeros((0, k)),
-                    "x": np.zeros((0, k)), "ever": np.zeros(0, bool), "running": np.zeros(0, bool),
-                    "tiebreak": np.zeros(0)}
+                    "x": np.zeros((0, k)), "ever": np.zeros(0, bool), "running": np.zeros(0, bool)}
         for name, empty in defaults.items():
             if getattr(self, name) is None:
                 setattr(self, name, empty)
@@ -127,7 +118,7 @@ class JobTable:
     def live(self) -> np.ndarray:
         return np.fromiter(self.row.values(), dtype=np.int64, count=len(self.row))
 
-    def append(self, new_ids: list[str], seed: int) -> None:
+    def append(self, new_ids: list[str]) -> None:
         """New rows at Gavel's prior: never ran, half a round on every type."""
         start, need = len(self.ids), len(self.ids) + len(new_ids)
         if need > len(self.present):
@@ -144,7 +135,6 @@ class JobTable:
         for i, j in enumerate(new_ids):
             self.row[j] = start + i
             self.ids.append(j)
-            self.tiebreak[start + i] = tiebreak(seed, j)
         self.version += 1
 
     def drop(self, job_id: str) -> bool:
@@ -264,7 +254,7 @@ class AllocatorState:
                 "prior_allocation": prior, "placement": placement, "allocator": memory}
 
     @classmethod
-    def from_dict(cls, data: dict, cols: Columns, seed: int, active: set[str] | None = None) -> "AllocatorState":
+    def from_dict(cls, data: dict, cols: Columns, active: set[str] | None = None) -> "AllocatorState":
         """The state ``to_dict`` wrote, validated (OptschedError naming the
         field). Units with a job not in ``active`` (when given) are dropped:
         those jobs have finished."""
@@ -285,7 +275,7 @@ class AllocatorState:
         gpus = {j: _job_gpus(j, slots, cols) for j, slots in placement.items()}
         unit = _units_of(gpus, cols)
         state = cls.empty(cols.k)
-        state._fill(rows, present, seed)
+        state._fill(rows, present)
         state.lease = Lease(gpus, unit)
         memory = _read_memory(data.get("allocator"), cols, state.lease, keep)
         state.adopt_next = (data.get("prior_allocation") is None and bool(rows["rounds_received"] or gpus)) \
@@ -300,17 +290,17 @@ class AllocatorState:
         t = state.jobs
         for j in gpus:
             if j not in t.row:
-                t.append([j], seed)
+                t.append([j])
             t.running[t.row[j]] = t.ever[t.row[j]] = True
         return state
 
-    def _fill(self, rows: dict, present: dict, seed: int) -> None:
+    def _fill(self, rows: dict, present: dict) -> None:
         received, deficits, prior = rows["rounds_received"], rows["deficits"], rows["prior_allocation"]
         units = list(dict.fromkeys([*present, *received, *deficits, *prior]))
         longest = max((float(v.sum()) for v in received.values()), default=0.0)
         k, t = self.jobs.k, self.jobs
         jobs = [u for u in units if isinstance(u, str)]
-        t.append(jobs, seed)
+        t.append(jobs)
         for u in units:
             # Without rounds_present (an older snapshot), assume the unit was
             # present as long as the longest-served unit.
