@@ -2,10 +2,15 @@
 (100 × S seconds, each on its own session) against a fresh `optsched serve`,
 without a dashboard and with D dashboards open (server-sent-event streams on the
 first D sessions, read as a browser would), phases alternated in one run.
-Prints p50/p99 per phase, the server's CPU seconds and the load average.
+Prints p50/p99 per phase, the server's CPU seconds and the load average, then
+per arm (dashboards open): the median over its phases of p50 and p99, the
+range of its phases' p99, and the server's CPU milliseconds per request
+(the measure the other work on a shared machine disturbs least), and each
+arm's ratio to the arm without a dashboard.
 
-    python bench/dashboard_load.py                       # 100 clients × 15 s, phases off,1,10,off,1,10
-    python bench/dashboard_load.py --clients 20 --seconds 3 --dashboards 0 1
+    python bench/dashboard_load.py                       # 100 clients × 15 s, arms 0, 1, 10 interleaved, 2 repeats
+    python bench/dashboard_load.py --repeat 4 --json     # 12 phases: 0,1,10,0,1,10,...
+    python bench/dashboard_load.py --clients 20 --seconds 3 --dashboards 0 1 --repeat 1
 """
 
 from __future__ import annotations
@@ -70,31 +75,77 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def summary(rows: list[dict]) -> list[dict]:
+    """Per arm: medians over its phases, the range of p99, CPU per request, ratios to the arm without dashboards."""
+    import numpy as np
+
+    arms = []
+    for d in dict.fromkeys(r["dashboards"] for r in rows):
+        mine = [r for r in rows if r["dashboards"] == d]
+        arms.append({"dashboards": d, "phases": len(mine),
+                     "p50_ms": float(np.median([r["p50_ms"] for r in mine])),
+                     "p99_ms": float(np.median([r["p99_ms"] for r in mine])),
+                     "p99_range_ms": [float(min(r["p99_ms"] for r in mine)), float(max(r["p99_ms"] for r in mine))],
+                     "server_cpu_ms_per_request": float(np.median([r["server_cpu_ms_per_request"] for r in mine])),
+                     "requests_per_second": float(np.median([r["requests_per_second"] for r in mine])),
+                     "loadavg": float(np.mean([r["loadavg"] for r in mine]))})
+    base = next((a for a in arms if a["dashboards"] == 0), None)
+    if base is not None:
+        none = [r for r in rows if r["dashboards"] == 0]
+        for a in arms:
+            a["p99_ratio"] = a["p99_ms"] / base["p99_ms"]
+            a["cpu_ratio"] = a["server_cpu_ms_per_request"] / base["server_cpu_ms_per_request"]
+            # Paired by repetition (phases run next to each other see about the same outside load).
+            mine = [r for r in rows if r["dashboards"] == a["dashboards"]]
+            pairs = [(m["p99_ms"] / n["p99_ms"], m["server_cpu_ms_per_request"] / n["server_cpu_ms_per_request"])
+                     for m, n in zip(mine, none)]
+            a["paired_p99_ratio"] = float(np.median([p[0] for p in pairs]))
+            a["paired_p99_ratio_range"] = [float(min(p[0] for p in pairs)), float(max(p[0] for p in pairs))]
+            a["paired_cpu_ratio"] = float(np.median([p[1] for p in pairs]))
+    return arms
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=15.0)
-    ap.add_argument("--dashboards", type=int, nargs="+", default=[0, 1, 10, 0, 1, 10],
-                    help="Dashboards open in each phase, in order (0: none).")
+    ap.add_argument("--dashboards", type=int, nargs="+", default=[0, 1, 10],
+                    help="The arms: dashboards open in a phase (0: none), run in this order each repeat.")
+    ap.add_argument("--repeat", type=int, default=2, help="Times the arms are run, interleaved.")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if not (0 < args.clients <= 1000 and 0 < args.seconds <= 600 and all(0 <= d <= args.clients for d in args.dashboards)):
-        ap.error("--clients in 1..1000, --seconds in (0, 600], --dashboards in 0..clients")
+    if not (0 < args.clients <= 1000 and 0 < args.seconds <= 600 and all(0 <= d <= args.clients for d in args.dashboards)
+            and 1 <= args.repeat <= 100):
+        ap.error("--clients in 1..1000, --seconds in (0, 600], --dashboards in 0..clients, --repeat in 1..100")
     bench, rows = _load_bench(), []
-    for d in args.dashboards:
+    for d in args.dashboards * args.repeat:
         with tempfile.TemporaryDirectory() as tmp:
             with ServerProcess(Path(tmp) / "load.db", args=["--no-access-log"]) as srv:
                 cpu0 = cpu_seconds(srv.proc.pid)
                 r = asyncio.run(phase(bench, srv.url, args.clients, args.seconds, d))
                 r["server_cpu_seconds"] = cpu_seconds(srv.proc.pid) - cpu0
         r["dashboards"], r["loadavg"] = d, os.getloadavg()[0]
+        r["server_cpu_ms_per_request"] = 1000 * r["server_cpu_seconds"] / max(r["requests"], 1)
         rows.append(r)
         if not args.json:
             print(f"dashboards {d:>3}: {r['requests']} requests ({r['requests_per_second']:.0f}/s), errors {r['errors']}, "
                   f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, server CPU {r['server_cpu_seconds']:.1f} s, "
                   f"views pushed {r['views_received']}, load {r['loadavg']:.1f}", flush=True)
+    arms = summary(rows)
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({"phases": rows, "arms": arms}))
+    else:
+        print(f"{'arm':>10} {'phases':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99 range':>15} {'CPU ms/req':>10} "
+              f"{'p99 / none':>10} {'CPU / none':>10} {'load':>5}")
+        for a in arms:
+            print(f"{a['dashboards']:>10} {a['phases']:>6} {a['p50_ms']:>8.1f} {a['p99_ms']:>8.1f} {a['p99_range_ms'][0]:>7.0f}-{a['p99_range_ms'][1]:<7.0f} "
+                  f"{a['server_cpu_ms_per_request']:>10.2f} {a.get('p99_ratio', float('nan')):>10.3f} "
+                  f"{a.get('cpu_ratio', float('nan')):>10.3f} {a['loadavg']:>5.1f}")
+        for a in arms:
+            if a["dashboards"] and "paired_p99_ratio" in a:
+                lo, hi = a["paired_p99_ratio_range"]
+                print(f"{a['dashboards']} dashboards vs none, paired by repetition: p99 ratio median "
+                      f"{a['paired_p99_ratio']:.3f} (range {lo:.3f}-{hi:.3f}), CPU per request {a['paired_cpu_ratio']:.3f}")
     return 1 if any(r["errors"] for r in rows) else 0
 
 

@@ -216,3 +216,228 @@ def test_a_slow_listener_loses_its_oldest_views_and_never_blocks():
         assert not hub.wants("s") and not hub.listeners  # nothing is built once the last page leaves
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- optsched run / slurm --dashboard
+
+
+def _sse(url: str, token: str, out: "queue.Queue", stop: threading.Event) -> None:
+    """Every (event, data) of a dashboard's stream into ``out``, until it ends."""
+    event = "message"
+    try:
+        with httpx.stream("GET", url, params={"token": token}, timeout=httpx.Timeout(5, read=120)) as r:
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    out.put((event, json.loads(line[6:])))
+                    if event == "ended" or stop.is_set():
+                        return
+    finally:
+        out.put(("closed", None))
+
+
+def test_a_run_shows_each_round_on_its_dashboard_as_it_advances(tmp_path):
+    """optsched run's view (a read-only feed, its own server): the runtime on the virtual clock of
+    tests/test_runtime.py waits after each publish until the page's stream has delivered that view,
+    so every round is seen, in order, whatever the machine's speed; each view agrees with the run's
+    own record of the round and with where its jobs run."""
+    import queue
+
+    from optsched.cli.serve import listening_socket
+    from optsched.runtime.loop import RunConfig, run
+    from optsched.service.dashboard.live import Feed, run_view, serve
+    from optsched.traces.io import read_trace
+    from tests.conftest import ROOT
+    from tests.test_runtime import VirtualExecutor
+
+    trace = read_trace(ROOT / "examples" / "workloads" / "small.csv")
+    ex = VirtualExecutor("slot=2", {r.job_id: r.steps_total / r.duration for r in trace.jobs.itertuples()}, 0.4)
+    feed = Feed("run")
+    server = serve(feed, listening_socket("127.0.0.1", 0), TOKEN)
+    url = f"http://127.0.0.1:{server.port}"
+    got: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    t = threading.Thread(target=_sse, args=(f"{url}/dashboard/run/events", TOKEN, got, stop), daemon=True)
+    try:
+        assert httpx.get(f"{url}/dashboard/run/view").status_code == 401
+        assert httpx.get(f"{url}/dashboard/other?token={TOKEN}").status_code == 404
+        t.start()
+        event, first = got.get(timeout=60)
+        assert event == "view" and first["round"] == 0 and first["jobs"] == []  # before the first decision
+        seen = []
+
+        def observer(rt, kind, info):
+            feed.publish(run_view(rt, kind, info))
+            event, v = got.get(timeout=60)  # (a bound only a hang reaches)
+            assert event == "view" and (v["kind"], v["round"]) == (kind, info["round"] + 1)
+            running = {j["id"]: j["gpus"] for j in v["jobs"] if j["status"] == "running"}
+            if kind == "decided":  # every placed job runs where the allocator put it, and only those
+                assert running == v["last_round"]["placement"]
+            assert {(g["server"], g["gpu"]) for gs in running.values() for g in gs} <= \
+                {(s["id"], i) for s in v["servers"] for i in range(s["gpus"])}
+            seen.append(v)
+
+        res = run(trace, ex, RunConfig(round_length=2.0, poll_interval=0.02, throughputs="trace"),
+                  run_dir=str(tmp_path / "run"), observer=observer)
+        feed.end("finished")
+        assert got.get(timeout=60) == ("ended", {"session_id": "run", "reason": "finished"})
+    finally:
+        stop.set()
+        server.stop()
+    rounds = res.rounds.to_dict("records")
+    assert [(v["kind"], v["round"]) for v in seen] == [(k, r["round"] + 1) for r in rounds for k in ("decided", "round_end")]
+    for v in seen[1::2]:
+        r = rounds[v["round"] - 1]
+        lr = v["last_round"]
+        assert (len(lr["started"]), len(lr["preempted"]), len(lr["migrated"]), lr["recomputed"]) == \
+            (r["started"], r["preempted"], r["migrated"], r["recomputed"])
+    assert sum(r["preempted"] for r in rounds) > 0  # the trace makes the view show preemptions
+    assert seen[-1]["finished_jobs"] == len(trace) and seen[-1]["jobs"] == []
+    assert seen[1]["allocation"]["policy"] == "max_min_fairness" and seen[1]["allocation"]["explanation"]
+
+
+def test_optsched_run_dashboard_streams_until_the_run_ends(tmp_path):
+    """`optsched run --dashboard PORT` end to end: two never-ending jobs (a 5 ms floor per step) on one
+    slot, so the run lasts until this test interrupts it, however fast the machine; the stream carries
+    the rounds as they advance, then `ended` (interrupted); each round-end view equals rounds.csv."""
+    import csv
+    import queue
+    import signal
+    import subprocess
+    import sys
+
+    from optsched.service.process import free_port
+
+    trace = tmp_path / "forever.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+                     "a,1,0,100000000,regression:sleep_ms=5,100,0\nb,1,0,100000000,regression:sleep_ms=5,100,0\n")
+    port, out = free_port(), tmp_path / "out"
+    exe = Path(sys.executable).with_name("optsched")
+    log = open(tmp_path / "run.log", "wb")
+    p = subprocess.Popen([str(exe), "run", str(trace), "--cluster", "slot=1", "--round-length", "0.5", "--quiet",
+                          "--grace", "10", "--out", str(out), "--dashboard", str(port)],
+                         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OPTSCHED_TOKEN": TOKEN})
+    url = f"http://127.0.0.1:{port}/dashboard/run"
+    got: queue.Queue = queue.Queue()
+    try:
+        for _ in range(600):  # the server answers before the first round (a bound only a failed start reaches)
+            try:
+                if httpx.get(f"{url}/view", params={"token": TOKEN}).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert p.poll() is None, (tmp_path / "run.log").read_text()
+            threading.Event().wait(0.1)
+        page = httpx.get(url, params={"token": TOKEN})
+        assert page.status_code == 200 and "/dashboard/static/dashboard.js" in page.text
+        threading.Thread(target=_sse, args=(f"{url}/events", TOKEN, got, threading.Event()), daemon=True).start()
+        views = []
+        while len({v["round"] for v in views if v["kind"] == "round_end"}) < 3:  # three rounds seen to end, live
+            event, v = got.get(timeout=120)
+            assert event == "view", (event, v)
+            views.append(v)
+        p.send_signal(signal.SIGINT)
+        while True:
+            event, v = got.get(timeout=120)
+            if event != "view":
+                break
+            views.append(v)
+        assert (event, v["reason"]) == ("ended", "interrupted")
+        assert p.wait(120) == 130
+    finally:
+        if p.poll() is None:
+            p.kill()
+        log.close()
+    versions = [v["version"] for v in views]
+    # (the first, whole view may repeat the newest one already queued for the stream: same version)
+    assert versions == sorted(versions) and [v["round"] for v in views] == sorted(v["round"] for v in views)
+    rounds = list(csv.DictReader(open(out / "rounds.csv")))
+    ends = [v for v in views if v["kind"] == "round_end"]
+    assert ends[-1]["round"] == len(rounds)  # the last round recorded is the last the page saw end
+    for v in ends:
+        r, lr = rounds[v["round"] - 1], v["last_round"]
+        assert [len(lr[k]) for k in ("started", "preempted", "migrated")] == \
+            [int(r[k]) for k in ("started", "preempted", "migrated")]
+    assert all(len([j for j in v["jobs"] if j["status"] == "running"]) <= 1 for v in views)  # one slot
+
+
+def test_the_slurm_agents_dashboard_shows_its_session_and_its_recorded_rounds(tmp_path):
+    """`optsched slurm --dashboard`'s glue (cli/slurm.py) on the agent's own session and store, fed as the
+    agent feeds it (slurm/agent.feed): the rounds recorded before the agent (re)started come first, then
+    one view per applied round, each equal to the service's view of that session."""
+    import queue
+    from types import SimpleNamespace
+
+    from optsched.cli import dashboard as dash
+    from optsched.cli.slurm import _agent_dashboard
+    from optsched.service.dashboard import view
+    from optsched.service.session import Session, jsonable
+    from optsched.service.store import Store
+    from optsched.slurm.agent import SESSION_ID, feed
+
+    store = Store(str(tmp_path / "agent.db"))
+    session = Session.create({"session_id": SESSION_ID, "cluster": workload.CLUSTER, "round_length": 60}, store)
+    jobs = workload.job_stream(1)
+
+    def agent_round(k: int) -> dict:
+        feed(session, {"new": [{"slurm_id": str(k), "spec": next(jobs)}], "gone": [], "notes": []})
+        return session.next_round(expected_round=k)
+
+    for k in range(3):  # an earlier run of the agent
+        agent_round(k)
+    live, server, on_round = _agent_dashboard(SimpleNamespace(session=session, store=store), dash, 0, "127.0.0.1",
+                                              TOKEN)
+    url = f"http://127.0.0.1:{server.port}/dashboard/{SESSION_ID}"
+    got: queue.Queue = queue.Queue()
+    try:
+        now = httpx.get(f"{url}/view", params={"token": TOKEN}).json()
+        assert now["round"] == 3 and [r["round"] for r in now["rounds"]] == [0, 1, 2]
+        threading.Thread(target=_sse, args=(f"{url}/events", TOKEN, got, threading.Event()), daemon=True).start()
+        assert got.get(timeout=60)[1]["round"] == 3
+        for k in range(3, 6):
+            on_round(agent_round(k))
+            event, v = got.get(timeout=60)
+            want = jsonable(view(session, "next_round"))
+            assert event == "view" and {**v, "version": 0} == {**want, "version": 0}
+        live.end("stopped")
+        assert got.get(timeout=60) == ("ended", {"session_id": SESSION_ID, "reason": "stopped"})
+    finally:
+        server.stop()
+        store.close()
+
+
+def test_a_deleted_session_ends_its_pages_stream(server):
+    """DELETE while a page listens: the stream's last event is `ended` (reason deleted), then it closes."""
+    import queue
+
+    s = Client(server.url, token=TOKEN).session(workload.CLUSTER)
+    got: queue.Queue = queue.Queue()
+    threading.Thread(target=_sse, args=(f"{server.url}/dashboard/{s.id}/events", TOKEN, got, threading.Event()),
+                     daemon=True).start()
+    assert got.get(timeout=60)[0] == "view"
+    s.submit([next(workload.job_stream(2))])
+    assert got.get(timeout=60)[1]["kind"] == "submit"
+    assert httpx.delete(f"{server.url}/v1/sessions/{s.id}", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 204
+    assert got.get(timeout=60) == ("ended", {"session_id": s.id, "reason": "deleted"})
+    assert got.get(timeout=60) == ("closed", None)
+    assert httpx.get(f"{server.url}/dashboard/{s.id}/view", params={"token": TOKEN}).status_code == 404
+
+
+def test_the_page_says_when_its_session_is_deleted_in_chromium(server, browser, tmp_path):
+    c = Client(server.url, token=TOKEN)
+    s = c.session(workload.CLUSTER)
+    s.submit([next(workload.job_stream(4))])
+    s.next_round()
+    browser.get(f"{server.url}/dashboard/{s.id}?token={TOKEN}")
+    wait_for(browser, lambda d: d.execute_script("return document.body.dataset.round") == "1", "round 1")
+    assert not browser.find_element("id", "ended").is_displayed()
+    s.delete()
+    wait_for(browser, lambda d: d.execute_script("return document.body.dataset.ended") == "deleted", "the deletion")
+    note = browser.find_element("id", "ended")
+    assert note.is_displayed() and "deleted" in note.text
+    assert browser.find_element("id", "status").text == "deleted"
+    assert browser.find_elements("css selector", ".gpu[data-job]:not([data-job=''])")  # its last state stays
+    browser.save_screenshot(str(tmp_path / "dashboard-deleted.png"))
+    print("screenshot:", tmp_path / "dashboard-deleted.png")
+    assert not severe(browser), severe(browser)
+    browser.get("about:blank")

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from optsched.cli.common import app, console, err_console, user_errors
+from optsched.cli.dashboard import OPTIONS as DASHBOARD
 from optsched.cli.simulate import COMMON, _allocator_options
 from optsched.model import OptschedError
 
@@ -71,6 +72,9 @@ def run_command(
                                       "measured_trace.csv (for optsched simulate) here."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", help="No per-round lines."),
+    dashboard: Optional[int] = DASHBOARD["port"],
+    dashboard_host: str = DASHBOARD["host"],
+    dashboard_token: Optional[str] = DASHBOARD["token"],
 ) -> None:
     """Run real jobs under the same pipeline and allocator as the simulator."""
     import shutil
@@ -116,6 +120,9 @@ def run_command(
                     policy_options=policy_options,
                     allocator_options=_allocator_options(queue, type_order, migration_cost, hysteresis))
     cfg.validate()  # every option before a folder is made or a job started
+    from optsched.cli import dashboard as dash
+
+    dash.check(dashboard, dashboard_host, dashboard_token)
     example_dir = None
     if trace is None:
         example_dir = tempfile.mkdtemp(prefix="optsched-example-")
@@ -132,10 +139,23 @@ def run_command(
             err_console.print(f"round {r['round']:>3}  t={r['time']:7.1f} s  running {r['running']}  "
                               f"done {r['done']}/{r['jobs']}", highlight=False)
 
+    feed = server = observer = None
+    if dashboard is not None:
+        feed, server = dash.start("run", dashboard, dashboard_host, dashboard_token,
+                                  lambda line: err_console.print(line, highlight=False, soft_wrap=True))
+        from optsched.service.dashboard.live import run_view
+
+        observer = dash.guarded(lambda rt, kind, info: feed.publish(run_view(rt, kind, info)))
+    ended = "stopped"
     try:
         res = run(trace, executor, cfg, cluster=cluster, address=address, run_dir=run_dir, on_round=on_round,
-                  step_scale=step_scale, handle_signals=True, resume=resume, loss_threshold=loss_threshold)
+                  step_scale=step_scale, handle_signals=True, resume=resume, loss_threshold=loss_threshold,
+                  observer=observer)
+        ended = res.summary.get("interrupted") or "finished"
     finally:
+        if server is not None:  # the pages learn how the run ended, then the server stops
+            feed.end(ended)
+            server.stop()
         if example_dir is not None:
             shutil.rmtree(example_dir, ignore_errors=True)
         if temporary and not keep:

@@ -18,6 +18,7 @@ import typer
 from rich.table import Table
 
 from optsched.cli.common import app, console, err_console, user_errors
+from optsched.cli.dashboard import OPTIONS as DASHBOARD
 from optsched.model import OptschedError
 
 slurm_app = typer.Typer(add_completion=False, help="optsched in front of Slurm: the agent, its results, a local "
@@ -51,6 +52,9 @@ def agent_command(
     until_done: bool = typer.Option(False, "--until-done", help="Stop once every job it manages has ended."),
     slurm_conf: Optional[str] = typer.Option(None, "--slurm-conf", help="Slurm's configuration (default: "
                                              "$SLURM_CONF, else Slurm's own default)."),
+    dashboard: Optional[int] = DASHBOARD["port"],
+    dashboard_host: str = DASHBOARD["host"],
+    dashboard_token: Optional[str] = DASHBOARD["token"],
 ) -> None:
     """The agent: each round reads Slurm's jobs, decides with optsched and applies it with scontrol."""
     if ctx.invoked_subcommand is not None:
@@ -60,7 +64,10 @@ def agent_command(
     from optsched.slurm.agent import Agent, AgentConfig
     from optsched.slurm.localcluster import require_slurm
 
+    from optsched.cli import dashboard as dash
+
     check_number("round_length", round_length, 0.05, 1e7)
+    dash.check(dashboard, dashboard_host, dashboard_token)
     if rounds is not None and rounds < 1:
         raise OptschedError(f"--rounds: must be >= 1, got {rounds}")
     table = {}
@@ -84,10 +91,30 @@ def agent_command(
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     err_console.print(f"optsched slurm: {policy}, rounds of {round_length:g} s, state in {db}", highlight=False)
+    feed = server = on_round = None
     try:
-        agent.run(rounds=rounds, stop=stop.is_set, until_done=until_done)
+        if dashboard is not None:
+            feed, server, on_round = _agent_dashboard(agent, dash, dashboard, dashboard_host, dashboard_token)
+        agent.run(rounds=rounds, stop=stop.is_set, until_done=until_done, on_round=on_round)
     finally:
+        if server is not None:
+            feed.end("stopped")
+            server.stop()
         agent.close()
+
+
+def _agent_dashboard(agent, dash, port: int, host: str, token: Optional[str]):
+    """The agent's session on a live page: its state now (after a restart, the recorded rounds), then a
+    view after every applied round, built in the agent's thread."""
+    from optsched.service.dashboard import recent_rounds
+    from optsched.service.dashboard.live import session_feed_view
+    from optsched.slurm.agent import SESSION_ID
+
+    feed, server = dash.start(SESSION_ID, port, host, token, lambda line: err_console.print(line, highlight=False))
+    feed.seed(recent_rounds(agent.store, SESSION_ID))
+    publish = dash.guarded(lambda decision: feed.publish(session_feed_view(agent.session)))
+    publish(None)
+    return feed, server, publish
 
 
 @slurm_app.command("status")

@@ -246,7 +246,7 @@ class Runtime:
     """One run of jobs on an executor (``run()`` below is the one-call form)."""
 
     def __init__(self, jobs: list[RunJob], executor, config: RunConfig = RunConfig(), run_dir: str | None = None,
-                 on_round=None, resume: bool = False):
+                 on_round=None, resume: bool = False, observer=None):
         config.validate()
         if not jobs:
             raise OptschedError("run: no jobs")
@@ -271,6 +271,9 @@ class Runtime:
         self.run_dir = run_dir or tempfile.mkdtemp(prefix="optsched-run-")
         os.makedirs(self.run_dir, exist_ok=True)
         self.on_round = on_round
+        # observer(runtime, "decided" | "round_end", the round's decision): after each round's decision
+        # and at its end (the dashboard of `optsched run --dashboard`); it must not change the run.
+        self.observer = observer
         self.rounds: list[dict] = []
         self.slot_log: list[tuple] = []  # (slot name, job, from, to) process lifetimes as the runtime saw them
         self._holder: dict[str, str] = {}  # slot name -> job holding it now
@@ -373,6 +376,11 @@ class Runtime:
                 assignments = {j: tuple(v) for j, v in placement.assignments.items()}
                 # --- execution ---
                 stopped, started, migrated, preempted = self._apply(assignments, now)
+                decided = {"round": k, "time": now, "placement": assignments, "started": started,
+                           "preempted": preempted, "migrated": migrated, "recomputed": bool(recompute),
+                           "solve_seconds": solve_s, "note": placement.note}
+                if self.observer is not None:
+                    self.observer(self, "decided", decided)
                 # --- progress: wait for the round's end ---
                 end = now + cfg.round_length
                 placed = [j for j in assignments if self.state[j].current is not None]
@@ -402,6 +410,8 @@ class Runtime:
                     self.on_round({"round": k, "time": round_end, "jobs": len(self.jobs),
                                    "done": sum(s.status in ("finished", "failed") for s in self.state.values()),
                                    "running": len(placed)})
+                if self.observer is not None:
+                    self.observer(self, "round_end", decided)
                 k += 1
                 # the next round starts at this one's end (early when every placed job exited)
                 self._sleep(round_end - self.now())
@@ -774,14 +784,15 @@ class Runtime:
 def run(jobs, executor: str | object = "local", config: RunConfig | None = None, cluster: str | None = None,
         address: str | None = None, run_dir: str | None = None, on_round=None, step_scale: float = 1.0,
         handle_signals: bool = False, resume: bool = False, keep: bool = False, loss_threshold: float | None = None,
-        **options) -> RunResult:
+        observer=None, **options) -> RunResult:
     """Run ``jobs`` (RunJobs, a Trace, or a trace path) under the pipeline on
     ``executor`` ("local", "ray", or an executor object). ``options``: RunConfig
     fields. ``handle_signals``: SIGTERM/SIGINT stop the run cleanly (main thread).
     ``run_dir``: the jobs' folders (a used one only with ``resume``: the jobs
     continue from its checkpoints); None: a temporary folder, removed after the
     run unless ``keep``. ``loss_threshold``: a trace's jobs with convergence
-    profiles end at their loss-based termination step (as in the simulator)."""
+    profiles end at their loss-based termination step (as in the simulator). ``observer``: see
+    ``Runtime`` (called after each round's decision and at its end)."""
     from optsched.runtime.executor import make_executor
     from optsched.runtime.spec import jobs_from_trace
 
@@ -807,7 +818,7 @@ def run(jobs, executor: str | object = "local", config: RunConfig | None = None,
     cfg = config or RunConfig(**options)
     run_id = uuid.uuid4().hex[:12]
     ex = make_executor(executor, cluster, address, run_id) if isinstance(executor, str) else executor
-    rt = Runtime(list(jobs), ex, cfg, run_dir, on_round, resume=resume)
+    rt = Runtime(list(jobs), ex, cfg, run_dir, on_round, resume=resume, observer=observer)
     old = {}
     if handle_signals and threading.current_thread() is threading.main_thread():
         def _handler(signum, frame):

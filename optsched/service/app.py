@@ -317,6 +317,7 @@ def _add_session_routes(app: FastAPI, registry: Registry, limits: Limits, v1: li
                 raise NotFound(f"session {sid!r} not found")
             registry.drop(sid)
             registry.locks.pop(sid, None)
+            app.state.hub.end(sid, "deleted")  # its open dashboards say so and close
         app.state.metrics.forget(sid)
         log.info("session %s deleted", sid)
         return _no_content()

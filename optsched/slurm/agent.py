@@ -571,10 +571,11 @@ class Agent:
         self.adb.action(k, sid, what)
 
     # -- the loop ----------------------------------------------------------------
-    def run(self, rounds: int | None = None, stop=None, until_done: bool = False) -> None:
+    def run(self, rounds: int | None = None, stop=None, until_done: bool = False, on_round=None) -> None:
         """Rounds every ``round_length`` wall seconds (the last round's observation
         time is stored, so a restart keeps the pace), until ``rounds``, ``stop()``,
-        or (``until_done``) a round after which no job it manages is left."""
+        or (``until_done``) a round after which no job it manages is left.
+        ``on_round(decision)`` after each applied round (the dashboard's view)."""
         done = 0
         self._stop = stop or (lambda: False)
         while rounds is None or done < rounds:
@@ -588,9 +589,11 @@ class Agent:
             if self._stop():
                 return
             try:
-                self.step()
+                decision = self.step()
             except _Stopped:
                 return
+            if on_round is not None:
+                on_round(decision)
             done += 1
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
     GET /dashboard/{sid}              the page (HTML; its JS and CSS are package files, no CDN)
     GET /dashboard/static/{name}      common.js, dashboard.js, replay.js, dashboard.css
     GET /dashboard/{sid}/view         the page's data now (JSON, ``view``)
-    GET /dashboard/{sid}/events       server-sent events: the view after every committed change
+    GET /dashboard/{sid}/events       server-sent events: the view after every committed change; ``ended``
+                                      (the session deleted) as the last event
     GET /dashboard/replay             a recorded run (`--out` folder's rounds.csv, jobs.csv) with a time slider
 
 The token is the API's: a bearer header, a ``?token=`` query parameter (the page
@@ -12,7 +13,8 @@ send headers, carries it) or that cookie. Live updates are pushed: the request
 that commits a change builds the view once, only when a page is listening, and
 hands it to each listener's bounded queue; a listener that does not keep up
 loses its oldest views (each carries the whole state, so the newest suffices),
-never slowing the API.
+never slowing the API. ``live.py`` serves the same page read-only for
+``optsched run --dashboard`` and ``optsched slurm --dashboard``.
 """
 
 # (no `from __future__ import annotations`: FastAPI reads the routes' annotations, imported locally)
@@ -58,12 +60,26 @@ class Hub:
             if not qs:
                 del self.listeners[sid]
 
-    def publish(self, sid: str, message: str) -> None:
+    def publish(self, sid: str, message) -> None:
         for q in self.listeners.get(sid, ()):
             while q.full():  # a slow page: its oldest view goes (each view is whole)
                 q.get_nowait()
                 self.dropped += 1
             q.put_nowait(message)
+
+    def end(self, sid: str, reason: str, **extra) -> None:
+        """The session's pages learn that it ended (deleted; the run over) and their streams close.
+        The last message of a stream, so a full queue loses a view, never this."""
+        self.publish(sid, Ended(json.dumps({"session_id": sid, "reason": reason, **extra}, separators=(",", ":"))))
+
+
+class Ended:
+    """A stream's last message: its text is the ``ended`` event's data."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
 
 
 def view(session, kind: str = "") -> dict:
@@ -74,33 +90,47 @@ def view(session, kind: str = "") -> dict:
     with session._lock:  # (the caller holds the session's request lock too)
         s = session._s
         cfg = session.config
-        alloc = s["allocation"] or {}
-        shares = {j: float(sum(row)) for j, row in zip(alloc.get("job_ids", ()), alloc.get("fractions", ()))}
         jobs = [session._job_out(r) for r in s["jobs"].values()]
-        total = sum(session.cluster.gpus.values())
-        demand = sum(float(j["spec"].get("weight", 1.0)) * int(j["spec"].get("scale_factor", 1)) for j in jobs)
-        now = float(s["time"])
-        out_jobs = []
-        for j in jobs:
-            spec = j["spec"]
-            w, sf = float(spec.get("weight", 1.0)), int(spec.get("scale_factor", 1))
-            # The equal (weighted) share of time: each job's weight of the cluster, at most all of the time.
-            fair = min(1.0, total * w / demand) if demand else None
-            start = j["first_start"] if j["first_start"] is not None else now  # not started: waiting until now
-            out_jobs.append({
-                "id": j["id"], "status": j["status"], "model": spec.get("model"), "scale_factor": sf, "weight": w,
-                "steps_done": j["steps_done"], "steps_total": spec.get("steps_total"),
-                "attained_service": j["attained_service"], "waiting": max(start - j["arrival_time"], 0.0),
-                "share": shares.get(j["id"]), "fair_share": fair, "preemptions": j["preemptions"], "gpus": j["gpus"],
-            })
-        return {
-            "session_id": s["session_id"], "version": session.version, "kind": kind, "round": s["round"], "time": now,
-            "policy": cfg.policy, "round_length": cfg.round_length,
-            "servers": _servers(json.dumps(s["config"]["cluster"]), cfg.allocator.gpus_per_server),
-            "jobs": out_jobs, "finished_jobs": s["finished_count"], "last_round": s["last_round"],
-            "allocation": {k: alloc.get(k) for k in ("policy", "status", "objective", "solve_seconds", "explanation")}
-            if alloc else None,
-        }
+        rows = [{"id": j["id"], "status": j["status"], "spec": j["spec"], "steps_done": j["steps_done"],
+                 "attained_service": j["attained_service"], "arrival_time": j["arrival_time"],
+                 "first_start": j["first_start"], "preemptions": j["preemptions"], "gpus": j["gpus"]} for j in jobs]
+        return compose(sid=s["session_id"], version=session.version, kind=kind, round_=s["round"], now=float(s["time"]),
+                       policy=cfg.policy, round_length=cfg.round_length,
+                       servers=_servers(json.dumps(s["config"]["cluster"]), cfg.allocator.gpus_per_server),
+                       jobs=rows, total_gpus=sum(session.cluster.gpus.values()), finished=s["finished_count"],
+                       last_round=s["last_round"], allocation=s["allocation"])
+
+
+def compose(*, sid: str, version: int, kind: str, round_: int, now: float, policy: str, round_length: float,
+            servers: list[dict], jobs: list[dict], total_gpus: int, finished: int, last_round: dict | None,
+            allocation: dict | None) -> dict:
+    """The page's view from plain values, whoever holds them (a session, a run, the Slurm agent).
+    ``jobs``: dicts of id, status, spec (model, scale_factor, weight, steps_total), steps_done,
+    attained_service (GPU-seconds), arrival_time, first_start, preemptions, gpus (server, gpu_type,
+    gpu); ``allocation``: the allocation in force as ``session.allocation_to_state`` writes it."""
+    alloc = allocation or {}
+    shares = {j: float(sum(row)) for j, row in zip(alloc.get("job_ids", ()), alloc.get("fractions", ()))}
+    demand = sum(float(j["spec"].get("weight", 1.0)) * int(j["spec"].get("scale_factor", 1)) for j in jobs)
+    out_jobs = []
+    for j in jobs:
+        spec = j["spec"]
+        w, sf = float(spec.get("weight", 1.0)), int(spec.get("scale_factor", 1))
+        # The equal (weighted) share of time: each job's weight of the cluster, at most all of the time.
+        fair = min(1.0, total_gpus * w / demand) if demand else None
+        start = j["first_start"] if j["first_start"] is not None else now  # not started: waiting until now
+        out_jobs.append({
+            "id": j["id"], "status": j["status"], "model": spec.get("model"), "scale_factor": sf, "weight": w,
+            "steps_done": j["steps_done"], "steps_total": spec.get("steps_total"),
+            "attained_service": j["attained_service"], "waiting": max(start - j["arrival_time"], 0.0),
+            "share": shares.get(j["id"]), "fair_share": fair, "preemptions": j["preemptions"], "gpus": j["gpus"],
+        })
+    return {
+        "session_id": sid, "version": version, "kind": kind, "round": round_, "time": now,
+        "policy": policy, "round_length": round_length, "servers": servers,
+        "jobs": out_jobs, "finished_jobs": finished, "last_round": last_round,
+        "allocation": {k: alloc.get(k) for k in ("policy", "status", "objective", "solve_seconds", "explanation")}
+        if alloc else None,
+    }
 
 
 @functools.lru_cache(maxsize=64)
@@ -109,7 +139,11 @@ def _servers(cluster_json: str, gpus_per_server: int) -> list[dict]:
     from optsched.model import Cluster
     from optsched.placement import Layout
 
-    layout = Layout.from_cluster(Cluster.model_validate(json.loads(cluster_json)), gpus_per_server)
+    return servers_of(Layout.from_cluster(Cluster.model_validate(json.loads(cluster_json)), gpus_per_server))
+
+
+def servers_of(layout) -> list[dict]:
+    """An ``optsched.placement.Layout``'s servers, in the cluster's own type order."""
     return [{"id": sid, "gpu_type": t, "gpus": int(cap)}
             for t, tl in layout.types.items() for sid, cap in zip(tl.server_ids, tl.server_capacity)]
 
@@ -134,13 +168,31 @@ def _asset(name: str) -> str:
 
 
 def add_dashboard_routes(app, registry, token: str | None, run_locked) -> None:
-    """Register the dashboard's routes. ``run_locked(sid, fn, *args)`` runs ``fn(session, *args)``
-    in a worker thread with the session's lock held (app.py's ``run``)."""
+    """Register the dashboard's routes over the service's sessions. ``run_locked(sid, fn, *args)``
+    runs ``fn(session, *args)`` in a worker thread with the session's lock held (app.py's ``run``)."""
+    from optsched.service.app import _in_thread
+    from optsched.service.session import jsonable
+
+    async def exists(sid: str) -> None:
+        await run_locked(sid, lambda s: None)  # NotFound (404) for an unknown session
+
+    async def snapshot(sid: str) -> dict:
+        out = await run_locked(sid, view, "snapshot")
+        out["rounds"] = await _in_thread(recent_rounds, registry.store, sid)
+        return jsonable(out)
+
+    add_routes(app, token, exists, snapshot)
+
+
+def add_routes(app, token: str | None, exists, snapshot) -> None:
+    """The page, its assets, its view and its event stream, for any source of views:
+    ``await exists(sid)`` raises ``session.NotFound`` for an unknown id; ``await snapshot(sid)``
+    is the whole view now (with ``rounds``, the recent rounds). Live views come from
+    ``app.state.hub``; an ``ended`` event (``Hub.end``) closes a page's stream."""
     from fastapi import Path, Request
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-    from optsched.service.app import SESSION_ID_PATTERN, _Unauthorized, _in_thread
-    from optsched.service.session import jsonable
+    from optsched.service.app import SESSION_ID_PATTERN, _Unauthorized
 
     hub: Hub = app.state.hub
     sid_path = Path(pattern=SESSION_ID_PATTERN, description="Session id.")
@@ -156,6 +208,11 @@ def add_dashboard_routes(app, registry, token: str | None, run_locked) -> None:
             raise _Unauthorized()
         return given
 
+    def with_cookie(resp, given: str | None):
+        if given is not None:  # the page's requests (its EventSource included) carry it as a cookie
+            resp.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/dashboard")
+        return resp
+
     @app.get("/dashboard/static/{name}", include_in_schema=False)
     async def static(request: Request, name: str):
         authorized(request)
@@ -167,25 +224,14 @@ def add_dashboard_routes(app, registry, token: str | None, run_locked) -> None:
     async def replay_page(request: Request):
         """A recorded run's rounds.csv / jobs.csv, read by the browser from files the user picks."""
         given = authorized(request)
-        resp = HTMLResponse(_asset("replay.html"), headers={"Cache-Control": "no-store"})
-        if given is not None:
-            resp.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/dashboard")
-        return resp
+        return with_cookie(HTMLResponse(_asset("replay.html"), headers={"Cache-Control": "no-store"}), given)
 
     @app.get("/dashboard/{sid}", include_in_schema=False)
     async def page(request: Request, sid: str = sid_path):
         given = authorized(request)
-        await run_locked(sid, lambda s: None)  # 404 for an unknown session
+        await exists(sid)
         html = _asset("index.html").replace("{{SESSION_ID}}", sid)
-        resp = HTMLResponse(html, headers={"Cache-Control": "no-store"})
-        if given is not None:  # the page's requests (its EventSource included) carry it as a cookie
-            resp.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/dashboard")
-        return resp
-
-    async def snapshot(sid: str) -> dict:
-        out = await run_locked(sid, view, "snapshot")
-        out["rounds"] = await _in_thread(recent_rounds, registry.store, sid)
-        return jsonable(out)
+        return with_cookie(HTMLResponse(html, headers={"Cache-Control": "no-store"}), given)
 
     @app.get("/dashboard/{sid}/view", include_in_schema=False)
     async def current(request: Request, sid: str = sid_path):
@@ -211,6 +257,9 @@ def add_dashboard_routes(app, registry, token: str | None, run_locked) -> None:
                     except asyncio.TimeoutError:
                         yield ": keepalive\n\n"
                         continue
+                    if isinstance(msg, Ended):  # the session is gone (or the run over): say so, then close
+                        yield f"event: ended\ndata: {msg.text}\n\n"
+                        return
                     yield f"event: view\ndata: {msg}\n\n"
             finally:
                 hub.leave(sid, q)

@@ -189,6 +189,27 @@ function render(v) {
   renderRounds();
   document.body.dataset.round = v.round;
   document.body.dataset.version = v.version;
+  if (v.ended && !state.ended) ended(v.ended);  // connected after the run ended (optsched run --dashboard)
+}
+
+// Why the stream ended, in words (the server's "ended" event, or a 404 when the page reconnects).
+const ENDED = {
+  deleted: "This session was deleted: the page shows its last state.",
+  finished: "The run is over: the page shows its last state.",
+  interrupted: "The run was interrupted: the page shows its last state.",
+  max_time: "The run reached its --max-time: the page shows its last state.",
+  stopped: "The scheduler stopped: the page shows its last state.",
+};
+
+function ended(info) {
+  state.ended = info;
+  const status = $("status");
+  status.textContent = info.reason === "deleted" ? "deleted" : "ended";
+  status.className = "pill down";
+  const note = $("ended");
+  note.textContent = (ENDED[info.reason] || `Ended: ${info.reason}.`) + (info.detail ? ` ${info.detail}` : "");
+  note.hidden = false;
+  document.body.dataset.ended = info.reason;
 }
 
 function connect() {
@@ -200,8 +221,15 @@ function connect() {
     if (state.view && v.version < state.view.version) return;  // an older view overtaken by a newer one
     render(v);
   });
-  // EventSource reconnects by itself (and then gets a fresh whole view).
-  source.addEventListener("error", () => { status.textContent = "reconnecting…"; status.className = "pill down"; });
+  source.addEventListener("ended", (e) => { source.close(); ended(JSON.parse(e.data)); });
+  // EventSource reconnects by itself (and then gets a fresh whole view), unless the session is gone.
+  source.addEventListener("error", () => {
+    if (state.ended) return;
+    status.textContent = "reconnecting…"; status.className = "pill down";
+    fetch(`/dashboard/${encodeURIComponent(SID)}/view`, { cache: "no-store" }).then((r) => {
+      if (r.status === 404 && !state.ended) { source.close(); ended({ reason: "deleted" }); }
+    }).catch(() => {});  // the server is unreachable: EventSource keeps trying
+  });
 }
 
 connect();
