@@ -3,7 +3,7 @@ time fractions to X, CP-SAT vs greedy placement. Prints tables.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/allocator_bench.py [--quick]
 
-Jobs follow Gavel's generator mix (README "Traces"): scale factors 1/2/4/8 with
+Jobs follow Gavel's generator mix (traces/generate.py): scale factors 1/2/4/8 with
 probabilities 0.70/0.10/0.15/0.05; three GPU types, servers of 4 GPUs.
 X is the max-min fairness allocation (optsched.policy) of the same jobs.
 Timings on a shared 2-core machine: compare ratios within one run.

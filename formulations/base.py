@@ -292,7 +292,8 @@ def no_packing(policy: str, packing: bool) -> None:
 #
 # A pair (m, m') packed on type j runs both jobs on the same s GPUs; they run
 # at t_m and t_m' steps/s instead of T[m, j] and T[m', j]. Admission rule
-# (documented in the README): the pair is a variable on type j only if
+# (documented in docs/guide/policies.md, space sharing): the pair is a variable
+# on type j only if
 #   * both jobs can run on j and have the same scale factor (Gavel packs only
 #     equal-width jobs: the GPUs are shared one for one), and
 #   * packing beats time slicing: t_m / T[m, j] + t_m' / T[m', j] > 1

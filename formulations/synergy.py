@@ -26,7 +26,7 @@ profile is held at its GPU-proportional share of that resource (its
 sensitivity is unknown, so it is neither starved nor given more). Output:
 ``explanation.cpus`` / ``memory`` / ``speed_factor`` per running job;
 effective throughput = T·u. The allocator and executor must hand out those
-CPUs and memory and run the job at that speed (see the README).
+CPUs and memory and run the job at that speed (docs/guide/policies.md).
 """
 
 from __future__ import annotations

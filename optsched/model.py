@@ -24,13 +24,13 @@ from pydantic_core import SchemaValidator
 
 SNAPSHOT_VERSION = 1
 
-# Documented size limits (README, "The snapshot"): checked while validating, before
+# Documented size limits (docs/guide/solve.md, "The snapshot"): checked while validating, before
 # any work scales with them (servers synthesized per GPU, matrices jobs x types).
 MAX_GPUS = 100_000  # GPUs in a cluster, all types together (so also per type and per server)
 MAX_GPU_TYPES = 64  # GPU types in a cluster
 MAX_JOBS = 100_000  # jobs in a snapshot
 MAX_SERVERS = MAX_GPUS  # a server has at least one GPU
-# Value ranges (README, "The snapshot"): beyond them products and ratios of the
+# Value ranges (docs/guide/solve.md, "The snapshot"): beyond them products and ratios of the
 # programs' coefficients overflow or lose every digit (a throughput of 1e308
 # made max-min report 3e-11 as "optimal"; 1e-300 made water filling run for
 # thousands of rounds).
@@ -177,7 +177,7 @@ def _flag_or_text(v, where: str, depth: int = 0) -> tuple[str, Any] | None:
 
 
 class _Strict(NumbersAreNumbers):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite (README)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite (docs/guide/solve.md)
 
 
 class Server(_Strict):

@@ -26,7 +26,7 @@ slicing). Its optimum is the all-pairs optimum; a solution is turned back into j
 pairs without the O(n²) pairs: between classes a ≠ b, the north-west-corner rule of the
 transportation problem (each member of a supplies T/n_a, each of b takes T/n_b: at most
 n_a + n_b − 1 pairs), within a class a cycle (i, i + 1) with T/n_a each (one pair for
-two members). Measured (a 10,000-job round of Gavel's 26 job types): see README, Scale.
+two members). Measured (a 10,000-job round of Gavel's 26 job types): see docs/results/scale.md, Packing.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ POLICIES: dict[str, tuple[str, dict]] = {
     "gandiva": ("gandiva", {}),  # FIFO + packing + time slicing (formulations/gandiva.py)
     "gandiva_fifo": ("priority", {"order": "gandiva"}),  # the FIFO-plus-packing order alone
     "tiresias_gittins": ("priority", {"order": "tiresias", "discretization": "gittins"}),
-    # The seeds' schedulers (README "The seeds' schedulers"; predictions: optsched/predict).
+    # The seeds' schedulers (docs/guide/policies.md "The seeds' schedulers"; predictions: optsched/predict).
     "qssf": ("qssf", {}),
     "allox": ("allox", {}),
     "optimus": ("optimus", {}),

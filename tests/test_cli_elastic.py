@@ -67,7 +67,7 @@ def test_compare_takes_a_workload(peer_data, tmp_path):
 
 
 def test_cluster_type_alone_names_the_default_servers_gpus_on_a_workload(peer_data, tmp_path):
-    """README: Pollux/Sia workloads default to --servers 16x4, of type `gpu` unless --cluster
+    """docs/guide/simulate.md: Pollux/Sia workloads default to --servers 16x4, of type `gpu` unless --cluster
     names it; `--cluster v100` alone was refused as 'not TYPE=COUNT'."""
     small, path = _small(peer_data, tmp_path, n=3)
     res = CliRunner().invoke(app, ["simulate", str(path), "--format", "pollux", "--policy", "pollux",

@@ -1,4 +1,4 @@
-"""Fidelity mechanics (the causes of the gaps in README's fidelity table):
+"""Fidelity mechanics (the causes of the gaps in docs/results/fidelity.md):
 
 - the Gavel-style generator's stream is length-independent (job i does not
   depend on how many jobs are generated), so "generate until the window

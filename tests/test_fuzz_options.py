@@ -2,7 +2,7 @@
 generate/convert, sweep, serve, run, bench) on tiny inputs: exit 0 or 2 with one
 line naming the option, no traceback, no NaN/Infinity in --json output, no hang.
 Numbers are checked against the documented limits in optsched.cli.limits
-(README: "Options and their limits") before any work scales with them.
+(docs/guide/simulate.md: "Options and their limits") before any work scales with them.
 
 Bounded for CI (the default profile, derandomized, a few cases per test);
 OPTSCHED_HYPOTHESIS_PROFILE=explore draws FUZZ_EXPLORE // 5 fresh cases per test.

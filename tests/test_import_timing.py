@@ -1,5 +1,5 @@
 """A cold process reports loading modules as import_seconds, never as solve time
-(README, `--json` timings): every policy's solve imports nothing heavy after the
+(docs/guide/solve.md, `--json` timings): every policy's solve imports nothing heavy after the
 engine's timed-apart loading (the policy module and its IMPORTS / imports(options);
 a formulation's LP backend, block_lp.preload)."""
 

@@ -1,6 +1,6 @@
 """Trace generators (deterministic given a seed).
 
-Gavel-style continuous arrivals (README "Simulating a cluster", as Gavel's ``utils.generate_job``
+Gavel-style continuous arrivals (docs/guide/simulate.md, as Gavel's ``utils.generate_job``
 and ``Scheduler.simulate`` do it): the first job arrives at t = 0, then
 inter-arrival times are exponential with mean 3600/rate s; a job's duration on
 the reference GPU (V100) is 60·10^U(1.5, 3) s with probability 0.8, else
@@ -35,7 +35,7 @@ from optsched.traces.throughputs import ThroughputTable, reference_rates
 from optsched.traces.trace import Trace, make_trace
 
 
-MAX_GENERATED_JOBS = 1_000_000  # documented limit of a generated trace (README: options and their limits)
+MAX_GENERATED_JOBS = 1_000_000  # documented limit of a generated trace (docs/guide/simulate.md: options and their limits)
 SCALE_FACTORS = (1, 2, 4, 8)
 SCALE_PROBABILITIES = (0.70, 0.10, 0.15, 0.05)
 

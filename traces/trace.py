@@ -27,7 +27,7 @@ import pandas as pd
 
 from optsched.model import MAX_GPUS, MAX_WEIGHT, MIN_WEIGHT, OptschedError
 
-# Documented limits of a trace's numbers (README, traces): checked while reading,
+# Documented limits of a trace's numbers (docs/guide/solve.md, the snapshot's limits, traces): checked while reading,
 # before the simulator's work scales with them.
 MAX_INTEGER = 2**53  # integer cells (exact in a float)
 MAX_SECONDS = 1e10  # arrival times and durations (~317 years)

@@ -1,5 +1,5 @@
 """Documented limits of the commands' numeric options, checked before any work
-scales with them (README: "Options and their limits").
+scales with them (docs/guide/simulate.md: "Options and their limits").
 
 Every check raises OptschedError with a message that starts with the option's
 name, so the command prints one line and exits 2. A number must be finite

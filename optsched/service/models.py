@@ -110,14 +110,14 @@ DEFAULT_MIGRATION_COST = 30.0
 
 
 class AllocatorOptions(_Body):
-    queue: Literal[QUEUES] = Field(default="phased", description="Allocator walk (README: Running rounds).")  # type: ignore[valid-type]
+    queue: Literal[QUEUES] = Field(default="phased", description="Allocator walk (docs: Simulate and traces).")  # type: ignore[valid-type]
     type_order: Literal["fixed", "shuffle"] | list[str] = Field(default="fixed", description="GPU type walk order.")
     work_conserving: StrictBool = Field(default=True, description="Give idle GPUs to jobs beyond their share.")
-    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Tie-break seed (decisions are a function of it).")
+    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seeds the type shuffle and CP-SAT placement; ties go by arrival, then id.")
     gpus_per_server: int = Field(default=4, ge=1, le=4096, description="Server size when the cluster lists no servers.")
     migration_cost: float = Field(default=DEFAULT_MIGRATION_COST, ge=0, le=86400, allow_inf_nan=False, description=(
         "Seconds a restart or migration costs the job: above 0 the allocator keeps running jobs on their type "
-        "and GPUs unless their share requires a move (README: Running rounds). Default 30 s: the checkpoint-restart "
+        "and GPUs unless their share requires a move (docs: Rounds and placement). Default 30 s: the checkpoint-restart "
         "penalty Pollux's and Sia's schedulers charge a job per restart or migration (the simulator's restart "
         "overhead of elastic jobs); 0 is Gavel's walk, which moves jobs freely."))
     hysteresis: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False, description=(

@@ -1,8 +1,8 @@
-"""Documented limits of a simulation's options (README: "Options and their
-limits"), checked by the simulator itself before the first round, so the Python
-API (``optsched.simulate``), sweeps and the CLI refuse the same values with the
-same one-line OptschedError naming the option. ``optsched.cli.limits`` re-exports
-these and adds the other commands' limits.
+"""Documented limits of a simulation's options (docs/guide/simulate.md:
+"Options and their limits"), checked by the simulator itself before the first
+round, so the Python API (``optsched.simulate``), sweeps and the CLI refuse the
+same values with the same one-line OptschedError naming the option.
+``optsched.cli.limits`` re-exports these and adds the other commands' limits.
 
 A number must be finite (``inf``/``nan`` are refused) and inside its documented
 range, and the run a configuration asks for must fit in ``MAX_ROUNDS`` rounds:
