@@ -291,12 +291,27 @@ def compare(g: dict, o: dict, window) -> dict:
             "gavel_service": service(g["rounds"], ids), "ours_service": service(o["rounds"], ids)}
 
 
+QUIRKS = {"gavel_zero_reset": True, "gavel_program": True}  # + gavel_shuffle for the agnostic LAS
+
+
+def ours_cached(args, trace: Path, name: str, opol: str, seed: int, options: dict) -> dict:
+    """optsched's side of one trace, kept as JSON beside Gavel's (keyed by its options)."""
+    import hashlib
+
+    key = hashlib.sha1(json.dumps([opol, seed, args.window, sorted(options.items())]).encode()).hexdigest()[:10]
+    out = trace.parent / f"{trace.stem}_{name}_ours_{key}.json"
+    if not out.exists():
+        out.write_text(json.dumps(ours_simulate(str(trace), opol, seed, args.window, **options)))
+    return json.loads(out.read_text())
+
+
 def run_trace(args, rate: float, seed: int, multi: bool, label: str, tmp: Path) -> list[dict]:
     trace = tmp / f"gavel_{'multi' if multi else 'single'}_{rate:g}_{seed}_{args.jobs}.trace"
     base = [args.python, __file__, "--worker", "--gavel", str(args.gavel), "--throughputs", str(args.throughputs)]
     if not trace.exists():
         subprocess.run(base + ["--generate", str(args.jobs), str(rate), str(seed), "1" if multi else "0", str(trace)],
                        check=True)
+    arrival = [float(line.rsplit("\t", 1)[1]) for line in trace.read_text().splitlines()]
     rows = []
     for name in args.policies:
         gpol, opol = POLICIES[name]
@@ -305,32 +320,40 @@ def run_trace(args, rate: float, seed: int, multi: bool, label: str, tmp: Path) 
             cmd = base + ["--simulate", str(trace), gpol, str(seed), "--json", str(out)]
             subprocess.run(cmd + (["--window", *map(str, args.window)] if args.window else []), check=True)
         g = json.loads(out.read_text())
-        o = ours_simulate(str(trace), opol, seed, args.window, **dict(args.option))
-        c = compare(g, o, args.window)
-        c.update(trace=label, rate=rate, seed=seed, policy=name)
-        # Gavel keeps generating jobs until the window completes; a trace whose arrivals stop
-        # sooner lightens the load on its last measured jobs (both sides alike), so say so
-        arrival = [float(line.rsplit("\t", 1)[1]) for line in trace.read_text().splitlines()]
-        done = max(arrival[int(i)] + max(g["jct"][i], o["jct"][i]) for i in g["jct"] if i in o["jct"]
-                   and (not args.window or args.window[0] <= int(i) < args.window[1]))
-        c["arrivals_ended_early"] = arrival[-1] < done
-        rows.append(c)
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            ids = sorted(set(g["jct"]) | set(o["jct"]), key=int)
-            (args.out / f"{trace.stem}_{name}.csv").write_text(
-                "job_id,gavel_jct,ours_jct\n" + "".join(f"{i},{g['jct'].get(i, '')},{o['jct'].get(i, '')}\n" for i in ids))
-        print(f"{label} {rate:g}/h seed {seed} {name}: Gavel {c['gavel_h']:.2f} h, ours {c['ours_h']:.2f} h "
-              f"({c['diff']:+.1%}), per-job ratio p10/p50/p90 {c['ratio_p10']:.3f}/{c['ratio_p50']:.3f}/"
-              f"{c['ratio_p90']:.3f}, {c['jobs_off']}/{c['n']} jobs off >1 %; first job: {c['first_job']}; "
-              f"first round: {c['first_round']}" + ("; ARRIVALS ENDED BEFORE THE WINDOW COMPLETED"
-                                                    if c["arrivals_ended_early"] else ""), flush=True)
-        for side in ("gavel", "ours"):
-            sv = c[f"{side}_service"]
-            print(f"  {side}: {sv['rounds']} rounds, GPUs busy per round v100/p100/k80 "
-                  f"{sv['busy_v100']:.1f}/{sv['busy_p100']:.1f}/{sv['busy_k80']:.1f}; measured jobs' rounds "
-                  f"{sv['runs_v100']}/{sv['runs_p100']}/{sv['runs_k80']}", flush=True)
+        variants = {"optsched": dict(args.option)}
+        if args.gavel_quirks:
+            variants["optsched + Gavel's quirks"] = {**dict(args.option), **QUIRKS, "gavel_shuffle": name == "agnostic"}
+        for variant, options in variants.items():
+            o = ours_cached(args, trace, name, opol, seed, options)
+            c = compare(g, o, args.window)
+            c.update(trace=label, rate=rate, seed=seed, policy=name, variant=variant, jobs=len(arrival))
+            # Gavel keeps generating jobs until the window completes; a trace whose arrivals stop
+            # sooner lightens the load on its last measured jobs (both sides alike), so say so
+            done = max(arrival[int(i)] + max(g["jct"][i], o["jct"][i]) for i in g["jct"] if i in o["jct"]
+                       and (not args.window or args.window[0] <= int(i) < args.window[1]))
+            c["arrivals_ended_early"] = arrival[-1] < done
+            rows.append(c)
+            report(args, c, g, o, trace, name, variant)
     return rows
+
+
+def report(args, c: dict, g: dict, o: dict, trace: Path, name: str, variant: str) -> None:
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        ids = sorted(set(g["jct"]) | set(o["jct"]), key=int)
+        tag = "" if variant == "optsched" else "_quirks"
+        (args.out / f"{trace.stem}_{name}{tag}.csv").write_text(
+            "job_id,gavel_jct,ours_jct\n" + "".join(f"{i},{g['jct'].get(i, '')},{o['jct'].get(i, '')}\n" for i in ids))
+    print(f"{c['trace']} {c['rate']:g}/h seed {c['seed']} {name} [{variant}]: Gavel {c['gavel_h']:.2f} h, ours "
+          f"{c['ours_h']:.2f} h ({c['diff']:+.1%}), per-job ratio p10/p50/p90 {c['ratio_p10']:.3f}/"
+          f"{c['ratio_p50']:.3f}/{c['ratio_p90']:.3f}, {c['jobs_off']}/{c['n']} jobs off >1 %; first job: "
+          f"{c['first_job']}; first round: {c['first_round']}"
+          + ("; ARRIVALS ENDED BEFORE THE WINDOW COMPLETED" if c["arrivals_ended_early"] else ""), flush=True)
+    for side in ("gavel", "ours"):
+        sv = c[f"{side}_service"]
+        print(f"  {side}: {sv['rounds']} rounds, GPUs busy per round v100/p100/k80 "
+              f"{sv['busy_v100']:.1f}/{sv['busy_p100']:.1f}/{sv['busy_k80']:.1f}; measured jobs' rounds "
+              f"{sv['runs_v100']}/{sv['runs_p100']}/{sv['runs_k80']}", flush=True)
 
 
 def main() -> None:
@@ -352,17 +375,26 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "gavel_sim_side_by_side",
                    help="traces and Gavel's results (reused when present)")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--gavel-quirks", action="store_true",
+                   help="also run optsched with Gavel's quirks: gavel_zero_reset, Gavel's LAS program solved "
+                        "by ECOS (bench emulation), and Gavel's shuffle stream for the agnostic type order")
     args = p.parse_args()
     args.option = [(k, json.loads(v)) for k, v in args.option]
     args.work.mkdir(parents=True, exist_ok=True)
     rows = [r for s in args.streams for rate in args.rates for seed in args.seeds
             for r in run_trace(args, rate, seed, s == "multi", s, args.work)]
-    print("\n| trace | jobs/h | seed | LAS | jobs | Gavel's simulator (h) | optsched (h) | difference |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| trace | jobs/h | seed | LAS | jobs measured (of trace) | Gavel's simulator (h) | optsched (h) | difference "
+          "| optsched + Gavel's quirks (h) | difference |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['trace']} | {r['rate']:g} | {r['seed']} | {r['policy']} | {r['n']} | {r['gavel_h']:.2f} | "
-              f"{r['ours_h']:.2f} | {r['diff']:+.1%} |")
-
+        if r["variant"] != "optsched":
+            continue
+        q = next((x for x in rows if x["variant"] != "optsched" and all(x[k] == r[k] for k in
+                                                                        ("trace", "rate", "seed", "policy"))), None)
+        tail = f" {q['ours_h']:.2f} | {q['diff']:+.1%} |" if q else " – | – |"
+        print(f"| {r['trace']} | {r['rate']:g} | {r['seed']} | {r['policy']} | {r['n']:,} ({r['jobs']:,}) | "
+              f"{r['gavel_h']:.2f} | {r['ours_h']:.2f} | {r['diff']:+.1%} |" + tail
+              + (" arrivals ended before the window completed" if r["arrivals_ended_early"] else ""))
 
 if __name__ == "__main__":
     main()
