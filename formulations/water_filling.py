@@ -270,7 +270,7 @@ def frozen_levels(inst, A0, level: np.ndarray) -> np.ndarray:
     return np.where(level >= best * (1 - 1e-9), np.minimum(level, best), level * (1 - FREEZE_MARGIN))
 
 
-CERTIFIED = ("uncongested", "ipm+crossover")  # exact vertices with a dual certificate (solvers/block_exact)
+CERTIFIED = ("uncongested", "ipm+crossover", "prices+crossover")  # certified vertices (solvers/block_exact)
 
 
 def _levels_fit(st: _Fill, inst, A0, stuck: np.ndarray, levels: np.ndarray) -> bool:

@@ -117,7 +117,12 @@ def uncongested(lp, data: "_Data | None" = None):
         return None  # the least GPU time the demands need passes every GPU: capacity binds (no greedy needed)
     X = _fit(d, demand)
     if X is None:
-        return None
+        # The one-type greedy can miss a fit that needs a few jobs split between types
+        # (uncongested distinct rows, 2-25 %): the exact test decides, with an explicit X
+        # or prices proving that none exists (then capacity binds: the level search).
+        X, _ = fits(d.A, d.S, d.W, demand)
+        if X is None:
+            return None
     lam = np.zeros(len(d.A))
     bottleneck = int(np.argmin(cap))
     lam[bottleneck] = 1.0 / d.g[bottleneck]  # Σ g λ = 1; its time row carries the price, capacities none
@@ -526,7 +531,10 @@ def _level(A: np.ndarray, d: _Data, zcap: float):
             # u is linear up to the step (the best assignment's jobs stay within their time):
             # the step is the level (the crossover checks it; if not, the caller gives up).
             return step, q / np.maximum(d.W, 1e-300)
-        z = step if lo < step < hi else 0.5 * (lo + hi)
+        if step >= hi == zcap and z < zcap:
+            z = zcap  # the step passes the largest level: one test there (u ≤ 1 ends it) beats bisecting up to it
+        else:
+            z = step if lo < step < hi else 0.5 * (lo + hi)
     return z, q / np.maximum(d.W, 1e-300)
 
 

@@ -132,14 +132,56 @@ def test_policy_takes_the_level_search_on_distinct_congested_rows(kind, k):
     assert alloc.objective == pytest.approx(ref.z, rel=1e-7)
 
 
-def test_a_cold_max_min_solve_loads_no_scipy():
-    """The IPM path of a distinct-row program (level search, crossover) needs HiGHS
-    only: scipy.sparse (~0.2 s cold) stays unloaded, and what is imported is
-    reported as import_seconds, not solve time."""
+@pytest.mark.parametrize("seed", range(12))
+def test_auto_tries_the_exact_shortcuts_before_clarabel(seed):
+    """Programs between WARM_ENTRIES and AUTO_IPM_ENTRIES entries (1,000 distinct jobs
+    × 3 types went to CLARABEL: 0.06 s where the shortcuts take 0.003 s): ``auto``
+    runs the uncongested test and the level search first. Each answer against an
+    independent solve and its own certificate, congested and not."""
+    rng = np.random.default_rng(500 + seed)
+    k = int(rng.choice([3, 5, 2]))
+    n = int(rng.integers(block_lp.WARM_ENTRIES // k + 1, block_lp.AUTO_IPM_ENTRIES // k + 1))
+    lp = distinct_lp(rng, n, k, float(rng.choice([0.15, 0.3, 0.5, 2.0])), makespan=bool(rng.random() < 0.25))
+    assert block_lp._chosen(lp, "auto") == "clarabel" and block_lp.exact_first(lp)
+    sol = block_lp.solve(lp, "auto")
+    ref = independent(lp)
+    assert sol.ok and sol.backend in ("uncongested", "prices+crossover")
+    check_primal(lp, sol, tol=1e-7)
+    assert certificate_gap(lp, sol) <= 1e-7
+    assert sol.z == pytest.approx(ref.z, rel=1e-7, abs=1e-10)
+    assert not block_lp.exact_first(lp, interior=True)  # water filling's rounds keep interior duals
+    small = BlockLP(A=lp.A[:100], S=lp.S[:100], W=lp.W, allowed=lp.allowed[:100], c_z=1.0, g=lp.g[:100])
+    assert not block_lp.exact_first(small)  # small programs keep CLARABEL's interior point
+
+
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_uncongested_certifies_a_fit_the_greedy_misses(seed):
+    """Capacity does not bind at z_cap, but every job on one type does not fit:
+    the uncongested test asks the exact fit (``fits``) instead of declining."""
+    from optsched.bench import instances
+    from optsched.formulations import max_min_fairness
+
+    lp = max_min_fairness.build(instances.rigid(100, 3, seed, gpus_per_job=0.5)).lp
+    d = block_exact.program_data(lp)
+    zcap = float(np.min(d.A.max(axis=1) / d.g))
+    assert block_exact._fit(d, d.g * zcap) is None  # the greedy alone would decline
+    sol = block_exact.uncongested(lp, d)
+    ref = independent(lp)
+    assert sol is not None and sol.z == pytest.approx(zcap) == pytest.approx(ref.z, rel=1e-9)
+    check_primal(lp, sol, tol=1e-7)
+    assert certificate_gap(lp, sol) <= 1e-7
+
+
+@pytest.mark.parametrize("n", [1000, 1100])
+def test_a_cold_max_min_solve_loads_no_scipy(n):
+    """The exact path of a distinct-row program (level search, crossover), whether
+    ``auto`` reaches it before CLARABEL (1,000 × 3) or on the IPM path (1,100 × 3),
+    needs HiGHS only: scipy.sparse (~0.3 s cold) stays unloaded, and what is
+    imported is reported as import_seconds, not solve time."""
     code = ("import json, sys\n"
             "from optsched.bench import distinct_rows\n"
             "from optsched.policy import solve_instance\n"
-            "a = solve_instance(distinct_rows.instance('random', 1100, 3, 0), 'max_min_fairness')\n"
+            f"a = solve_instance(distinct_rows.instance('random', {n}, 3, 0), 'max_min_fairness')\n"
             "print(json.dumps({'scipy': sorted(m for m in sys.modules if m.startswith('scipy')),"
             " 'backend': a.explanation['backend'], 'imports': a.import_seconds}))\n")
     out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -162,3 +204,42 @@ def test_distinct_row_instances():
         g = distinct_rows.instance("gavel", 500, 5, 2)
         assert distinct_rows.distinct(g) and g.gpu_types == ("k80", "p100", "v100", "a100", "h100")
         assert np.all(g.throughput[:, 2] > 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_water_filling_on_congested_distinct_rows_takes_the_level_search(seed, monkeypatch):
+    """Congested distinct rows: the water filling's LP round (warm from the
+    event test's prices) takes the level search's certified vertex, not the
+    IPM (0.05 s at 1,000 × 3); its duals freeze the stuck jobs, and the shares
+    are the cold rounds' (interior duals) leximin shares, the first level the
+    independent max-min optimum."""
+    import math
+
+    from optsched.bench import distinct_rows
+    from optsched.formulations import hierarchical, max_min_fairness, water_filling
+    from optsched.formulations.max_min_fairness import normalized_throughput
+
+    inst = distinct_rows.instance("random", 400 + 50 * seed, 3, seed)
+    backends = []
+    solve = block_lp.solve
+
+    def recorded(lp, *a, **kw):
+        sol = solve(lp, *a, **kw)
+        backends.append(sol.backend)
+        return sol
+
+    monkeypatch.setattr(block_lp, "solve", recorded)
+    for module in (water_filling, hierarchical):
+        backends.clear()
+        warm = module.allocate(inst, warm_levels=True, time_limit=math.inf)
+        assert "prices+crossover" in backends and "ipm" not in backends and "clarabel" not in backends
+        cold = module.allocate(inst, warm_levels=False, time_limit=math.inf)
+        assert warm.status == cold.status == "optimal"
+        X = warm.fractions
+        assert np.all(X.sum(axis=1) <= 1 + 1e-7)
+        assert np.all(inst.scale_factor @ X <= inst.capacity * (1 + 1e-7) + 1e-9)
+        A0 = normalized_throughput(inst)
+        np.testing.assert_allclose((A0 * X).sum(axis=1), (A0 * cold.fractions).sum(axis=1), rtol=1e-5, atol=1e-7)
+        if module is water_filling:  # its first level is max-min's optimum
+            ref = independent(max_min_fairness.build(inst).lp)
+            assert warm.objective == pytest.approx(ref.z, rel=1e-6)
