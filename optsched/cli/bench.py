@@ -82,8 +82,8 @@ def _print_table(rows, quick: bool, meta: dict) -> None:
     from optsched.bench.runner import fmt, fmt_e, fmt_g
 
     t = Table(title=f"optsched bench ({'quick' if quick else 'full'}); CPU seconds p50 / p99 / max; ratio = median "
-                    f"reference CPU / median optsched CPU (same instances); gap = (reference − ours) / |reference|, "
-                    f"< 0: ours better", header_style="bold")
+                    f"reference CPU / median optsched CPU (same instances); gap = how much worse ours is than the "
+                    f"reference, relative to it (< 0: ours better)", header_style="bold")
     for col in ("case", "n", "CPU p50", "p99", "max", "wall p50", "objective", "status", "util", "reference",
                 "ref n", "ref p50", "ref p99", "ref max", "ratio", "gap p50", "gap max", "ref util", "note"):
         t.add_column(col, justify="left" if col in ("case", "status", "reference", "note") else "right")
