@@ -159,8 +159,27 @@ def test_dashboard_follows_a_live_session_in_chromium(server, browser, tmp_path)
     browser.get("about:blank")  # close the stream before the server stops
 
 
+def placement_map(rows: list[dict], i: int) -> dict[str, set]:
+    """Job -> {(server, gpu)} after round ``i``, from placements.csv's changes (as the replay reads them)."""
+    held: dict[str, set] = {}
+    fresh = set()
+    for e in rows:
+        k = int(e["round"])
+        if k > i:
+            break
+        if e["action"] == "release":
+            held.pop(e["job_id"], None)
+            continue
+        if (k, e["job_id"]) not in fresh:
+            fresh.add((k, e["job_id"]))
+            held[e["job_id"]] = set()
+        held[e["job_id"]].add((e["server"], int(e["gpu"])))
+    return held
+
+
 def test_replay_of_a_recorded_simulation_in_chromium(server, browser, tmp_path):
-    """`optsched simulate --out` recorded; the replay page reads its CSVs and the slider walks its rounds."""
+    """`optsched simulate --out` recorded; the replay page reads its CSVs and the slider walks its rounds;
+    the cluster map (placements.csv, servers.csv) agrees with the rounds' own counts and the jobs' sizes."""
     import csv
     import subprocess
     import sys
@@ -170,8 +189,20 @@ def test_replay_of_a_recorded_simulation_in_chromium(server, browser, tmp_path):
     subprocess.run([str(exe), "simulate", "--sample", "8", "--quiet", "--out", str(out)], check=True,
                    capture_output=True, timeout=120)
     rounds = list(csv.DictReader(open(out / "rounds.csv")))
+    events = list(csv.DictReader(open(out / "placements.csv")))
+    size = {s["server"]: int(s["gpus"]) for s in csv.DictReader(open(out / "servers.csv"))}
+    gpus_of = {j["job_id"]: int(j["scale_factor"]) for j in csv.DictReader(open(out / "jobs.csv"))}
+    for i, r in enumerate(rounds):  # the map, from changes only, against what the simulator counted
+        held = placement_map(events, i)
+        assert len(held) == int(r["running_jobs"])
+        assert all(len(g) == gpus_of[j] for j, g in held.items())
+        taken = [g for gs in held.values() for g in gs]
+        assert len(taken) == len(set(taken)) and all(0 <= g < size[s] for s, g in taken)  # one job a GPU
+        placed_now = {e["job_id"] for e in events if int(e["round"]) == i and e["action"] == "place"}
+        assert len(placed_now) == int(r["started"]) + int(r["migrated"])
     browser.get(f"{server.url}/dashboard/replay?token={TOKEN}")
-    browser.find_element("id", "files").send_keys(f"{out / 'rounds.csv'}\n{out / 'jobs.csv'}")
+    browser.find_element("id", "files").send_keys("\n".join(str(out / f) for f in (
+        "rounds.csv", "jobs.csv", "placements.csv", "servers.csv")))
     wait_for(browser, lambda d: d.find_element("id", "nrounds").text == str(len(rounds)), "the recorded rounds")
     moved = next(i for i, r in enumerate(rounds) if int(r["migrated"]) or int(r["preempted"]))
     for i in (0, moved, len(rounds) - 1):
@@ -188,6 +219,8 @@ def test_replay_of_a_recorded_simulation_in_chromium(server, browser, tmp_path):
                    and not (j["completion_time"] and float(j["completion_time"]) <= t)}
         shown = {tr.get_attribute("data-job") for tr in browser.find_elements("css selector", "#jobs tbody tr")}
         assert shown == present
+        want = {(s, g): j for j, gs in placement_map(events, i).items() for s, g in gs}
+        assert {k: v for k, v in cells(browser).items() if v} == want
         if i == moved:
             path = tmp_path / f"replay-round{i}.png"
             browser.save_screenshot(str(path))
@@ -359,6 +392,11 @@ def test_optsched_run_dashboard_streams_until_the_run_ends(tmp_path):
         assert [len(lr[k]) for k in ("started", "preempted", "migrated")] == \
             [int(r[k]) for k in ("started", "preempted", "migrated")]
     assert all(len([j for j in v["jobs"] if j["status"] == "running"]) <= 1 for v in views)  # one slot
+    events = list(csv.DictReader(open(out / "placements.csv")))  # the replay's map: where each round placed
+    for v in views:
+        if v["kind"] == "decided":
+            want = {j: {(g["server"], g["gpu"]) for g in gs} for j, gs in v["last_round"]["placement"].items()}
+            assert placement_map(events, v["round"] - 1) == want
 
 
 def test_the_slurm_agents_dashboard_shows_its_session_and_its_recorded_rounds(tmp_path):

@@ -73,3 +73,43 @@ def guarded(fn):
             log.exception("dashboard view failed")
 
     return call
+
+
+class PlacementLog:
+    """Where every job ran, as changes per round, for the replay's cluster map: ``placements.csv``
+    (round, job_id, action, server, gpu_type, gpu: a ``place`` row per GPU of a job that started
+    or moved that round, one ``release`` row for a job that stopped holding GPUs: preempted,
+    finished) and ``servers.csv`` (server, gpu_type, gpus: the allocator's layout). Rows only where
+    the placement changed: what the allocator's diff already lists, plus a set difference of job ids."""
+
+    def __init__(self):
+        self.rows: list[tuple] = []
+        self._held: set = set()
+
+    def add(self, k: int, assignments: dict, started, migrated) -> None:
+        """Round ``k``'s placement (job -> GpuSlots) and the jobs it started or moved."""
+        for j in sorted(self._held - assignments.keys()):
+            self.rows.append((k, j, "release", "", "", ""))
+        for j in dict.fromkeys([*started, *migrated]):
+            self.rows.extend((k, j, "place", g.server, g.gpu_type, g.gpu) for g in assignments.get(j, ()))
+        self._held = set(assignments)
+
+    def write(self, out, cluster=None, gpus_per_server: int | None = None, layout=None) -> list[str]:
+        """Into folder ``out``; the servers from ``layout`` (the allocator's) or as the allocator lays out ``cluster``."""
+        import csv
+        from pathlib import Path
+
+        from optsched.placement import DEFAULT_GPUS_PER_SERVER, Layout
+
+        layout = layout or Layout.from_cluster(cluster, gpus_per_server or DEFAULT_GPUS_PER_SERVER)
+        out = Path(out)
+        with open(out / "placements.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(("round", "job_id", "action", "server", "gpu_type", "gpu"))
+            w.writerows(self.rows)
+        with open(out / "servers.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(("server", "gpu_type", "gpus"))
+            w.writerows((sid, t, int(cap)) for t, tl in layout.types.items()
+                        for sid, cap in zip(tl.server_ids, tl.server_capacity))
+        return ["placements.csv", "servers.csv"]

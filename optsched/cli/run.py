@@ -139,18 +139,26 @@ def run_command(
             err_console.print(f"round {r['round']:>3}  t={r['time']:7.1f} s  running {r['running']}  "
                               f"done {r['done']}/{r['jobs']}", highlight=False)
 
-    feed = server = observer = None
+    feed = server = None
+    placements = dash.PlacementLog() if out else None  # the replay's cluster map (placements.csv)
     if dashboard is not None:
         feed, server = dash.start("run", dashboard, dashboard_host, dashboard_token,
                                   lambda line: err_console.print(line, highlight=False, soft_wrap=True))
-        from optsched.service.dashboard.live import run_view
+    cluster_of = {}
 
-        observer = dash.guarded(lambda rt, kind, info: feed.publish(run_view(rt, kind, info)))
+    def observer(rt, kind: str, info: dict) -> None:
+        cluster_of["layout"] = rt.allocator.layout
+        if placements is not None and kind == "decided":
+            placements.add(info["round"], info["placement"], info["started"], info["migrated"])
+        if feed is not None:
+            from optsched.service.dashboard.live import run_view
+
+            dash.guarded(lambda: feed.publish(run_view(rt, kind, info)))()
     ended = "stopped"
     try:
         res = run(trace, executor, cfg, cluster=cluster, address=address, run_dir=run_dir, on_round=on_round,
                   step_scale=step_scale, handle_signals=True, resume=resume, loss_threshold=loss_threshold,
-                  observer=observer)
+                  observer=observer if feed is not None or placements is not None else None)
         ended = res.summary.get("interrupted") or "finished"
     finally:
         if server is not None:  # the pages learn how the run ended, then the server stops
@@ -162,6 +170,8 @@ def run_command(
             shutil.rmtree(run_dir, ignore_errors=True)
     if out:
         res.write(out)
+        if "layout" in cluster_of:
+            placements.write(out, layout=cluster_of["layout"])
     s = res.summary
     s["run_dir_removed"] = temporary and not keep
     if json_out:
@@ -192,7 +202,8 @@ def run_command(
             f"{_num(s['launch_overhead_mean'])} s, checkpoint + exit {_num(s['stop_latency_mean'])} s)  "
             f"solver {s['solver_seconds']:.3f} s  wall {s['wall_seconds']:.1f} s", highlight=False)
         if out:
-            console.print(f"wrote {out}/ (jobs.csv, rounds.csv, launches.csv, summary.json, measured_trace.csv)",
+            console.print(f"wrote {out}/ (jobs.csv, rounds.csv, launches.csv, summary.json, measured_trace.csv, "
+                          "placements.csv, servers.csv)",
                           highlight=False)
         console.print(f"run folder {run_dir} " + ("removed (--keep keeps it)" if s["run_dir_removed"] else "kept"),
                       highlight=False, soft_wrap=True)

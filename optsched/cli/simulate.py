@@ -137,12 +137,21 @@ def _load(trace_path: Optional[Path], fmt: Optional[str], cluster: Optional[str]
     return trace, parse_cluster(cluster, servers, prices), table
 
 
-def _run(trace, cl, table, policy: str, quiet: bool, progress_label: str = "", **config):
+def _run(trace, cl, table, policy: str, quiet: bool, progress_label: str = "", record=None, **config):
+    """``record``: a ``cli.dashboard.PlacementLog`` fed each round's placement (the replay's cluster map)."""
     from optsched.sim import simulate_flags as simulate
 
     show = not quiet and err_console.is_terminal
+    rounds = {"k": 0}
+
+    def log_round(info: dict) -> None:
+        p = info["decision"].placement
+        if record is not None and p is not None:
+            record.add(rounds["k"], p.assignments, p.started, p.migrated)
+        rounds["k"] += 1
+
     if not show:
-        return simulate(trace, cl, policy=policy, throughputs=table, **config)
+        return simulate(trace, cl, policy=policy, throughputs=table, on_round=log_round if record else None, **config)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -154,6 +163,7 @@ def _run(trace, cl, table, policy: str, quiet: bool, progress_label: str = "", *
         state = {"n": 0}
 
         def on_round(info: dict) -> None:
+            log_round(info)
             state["n"] += 1
             if state["n"] % 5 == 0:
                 bar.update(task, completed=info["completed"], total=info["jobs"], sim=f"{info['time'] / 3600:,.1f} h",
@@ -328,10 +338,14 @@ def simulate(
     cfg["partitions"] = partitions
     _precheck(tr, [policy], table, cfg, cl)
     out = _outputs(out, plot)
-    r = _run(tr, cl, table, policy, quiet or as_json, **cfg)
+    from optsched.cli.dashboard import PlacementLog
+
+    placements = PlacementLog() if out else None
+    r = _run(tr, cl, table, policy, quiet or as_json, record=placements, **cfg)
     files = []
     if out:
         files = [p.name for p in r.write(out)]
+        files += placements.write(out, cl, (cfg.get("allocator_options") or {}).get("gpus_per_server"))
         if plot:
             from optsched.sim.plots import jct_cdf, utilization
 

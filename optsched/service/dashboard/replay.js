@@ -1,9 +1,10 @@
 // Replay of a recorded run (the --out folder of `optsched simulate` / `optsched run`):
-// the files are read in the browser (nothing is uploaded), a slider walks the rounds.
+// the files are read in the browser (nothing is uploaded), a slider walks the rounds;
+// placements.csv and servers.csv, when chosen, give the cluster map.
 "use strict";
 
 
-const replay = { rounds: [], jobs: [], index: 0 };
+const replay = { rounds: [], jobs: [], index: 0, servers: [], placements: [] };
 window.optschedReplay = replay;
 
 // CSV as the simulator writes it (pandas: a header row, quoted fields when needed).
@@ -65,6 +66,58 @@ function jobStatus(j, t) {
   return "waiting";
 }
 
+// The map after round i: placements.csv holds only changes (a job's GPUs when it starts or moves, a
+// release when it stops), applied in order; moving forward continues from the last map, back restarts.
+function mapAt(i) {
+  if (replay.map === undefined || i < replay.mapRound) {
+    replay.map = new Map(); replay.next = 0; replay.mapRound = -1;
+  }
+  const ev = replay.placements, moved = new Set(), fresh = new Set();
+  while (replay.next < ev.length && Number(ev[replay.next].round) <= i) {
+    const e = ev[replay.next++], k = Number(e.round);
+    const key = `${k}/${e.job_id}`;
+    if (e.action === "release") { replay.map.delete(e.job_id); continue; }
+    if (!fresh.has(key)) {  // the first of a job's rows this round replaces where it was
+      fresh.add(key);
+      if (k === i && replay.map.has(e.job_id)) moved.add(e.job_id);
+      replay.map.set(e.job_id, []);
+    }
+    replay.map.get(e.job_id).push(`${e.server}/${e.gpu}`);
+  }
+  replay.mapRound = i;
+  const placed = new Set([...fresh].filter((key) => Number(key.split("/")[0]) === i).map((key) => key.slice(key.indexOf("/") + 1)));
+  return { map: replay.map, placed, moved };
+}
+
+function showCluster(i) {
+  const box = $("cluster");
+  if (!replay.servers.length || !replay.placementsRead) {
+    box.textContent = "No placements.csv and servers.csv among the chosen files: no cluster map " +
+      "(optsched simulate --out and optsched run --out record them).";
+    return;
+  }
+  const { map, placed, moved } = mapAt(i);
+  const onGpu = new Map();
+  for (const [job, gpus] of map) for (const g of gpus) onGpu.set(g, onGpu.has(g) ? `${onGpu.get(g)}+${job}` : job);
+  box.replaceChildren();
+  for (const s of replay.servers) {
+    const gpus = el("div", { class: "gpus" });
+    for (let g = 0; g < Number(s.gpus); g++) {
+      const job = onGpu.get(`${s.server}/${g}`);
+      const cell = el("div", { class: "gpu" + (job ? "" : " free"), "data-server": s.server, "data-gpu": g,
+                               "data-job": job || "", title: `${s.server} GPU ${g} (${s.gpu_type}): ${job || "free"}` },
+                      job || s.gpu_type);
+      if (job) {
+        cell.style.background = colour(job.split("+")[0]);
+        if (moved.has(job)) cell.classList.add("flash-migrated");
+        else if (placed.has(job)) cell.classList.add("flash-started");
+      }
+      gpus.append(cell);
+    }
+    box.append(el("div", { class: "server" }, el("div", { class: "name" }, `${s.server} · ${s.gpu_type}`), gpus));
+  }
+}
+
 function show(i) {
   replay.index = i;
   const r = replay.rounds[i];
@@ -81,6 +134,7 @@ function show(i) {
     el("p", {}, yes(r.recomputed) ? `The allocation was recomputed (solver ${(1000 * f(r.solver_seconds)).toFixed(1)} ms).`
                                    : "The allocation in force was kept (no solve)."),
     el("p", {}, `Utilization: ${util || "–"}.`));
+  showCluster(i);
   const rb = $("rounds").tBodies[0];
   rb.replaceChildren();
   for (let k = Math.max(0, i - 8); k <= Math.min(replay.rounds.length - 1, i + 8); k++) {
@@ -107,12 +161,30 @@ function show(i) {
   }
 }
 
+// optsched run's --out names some columns its own way: read them as the simulator's.
+function asSimulated(rounds, jobs) {
+  for (const r of rounds) {
+    if (r.time === undefined && r.start !== undefined) {
+      Object.assign(r, { time: r.start, active_jobs: r.active, running_jobs: r.running,
+                         waiting_jobs: String(Number(r.active) - Number(r.running)), completed: r.finished_or_failed,
+                         solver_seconds: r.solve_seconds });
+    }
+  }
+  for (const j of jobs) {
+    if (j.completion_time === undefined && j.finish_time !== undefined) j.completion_time = j.finish_time;
+  }
+}
+
 async function load(files) {
   for (const file of files) {
     const rows = parseCsv(await file.text());
     if (file.name.startsWith("rounds")) replay.rounds = rows;
     else if (file.name.startsWith("jobs")) replay.jobs = rows;
+    else if (file.name.startsWith("placements")) { replay.placements = rows; replay.placementsRead = true; }
+    else if (file.name.startsWith("servers")) replay.servers = rows;
   }
+  asSimulated(replay.rounds, replay.jobs);
+  replay.map = undefined;
   if (!replay.rounds.length) { $("usage").textContent = "No rounds.csv among the chosen files."; return; }
   $("nrounds").textContent = replay.rounds.length;
   const s = $("slider");
