@@ -189,6 +189,9 @@ class Server(_Strict):
 
 
 class Cluster(_Strict):
+    """The GPUs: a count per type and, optionally, the servers that hold them
+    (then every type with GPUs has servers adding up to its count), and prices."""
+
     gpus: dict[str, int] = Field(description="GPU count per accelerator type.")
     servers: list[Server] | None = Field(
         default=None, max_length=MAX_SERVERS,
@@ -295,6 +298,10 @@ class GoodputSpec(_Strict):
 
 
 class Job(_Strict):
+    """One job: the GPUs it runs on (``scale_factor``), its throughput on each
+    GPU type in steps/s (or a ``goodput`` model for an elastic job), its work
+    (``steps_total``, ``steps_done``), weight and what it has received so far."""
+
     id: str = Field(min_length=1)
     model: str = ""
     scale_factor: int = Field(default=1, gt=0, le=MAX_GPUS, description="GPUs the job runs on.")
@@ -355,6 +362,10 @@ class Job(_Strict):
 
 
 class Snapshot(_Strict):
+    """A cluster and its jobs at one moment, the input of :func:`optsched.solve`
+    (``optsched schema`` prints its JSON Schema; the allocator's memory rides
+    along in the last fields)."""
+
     version: Literal[1] = 1
     time: float = Field(default=0.0, allow_inf_nan=False)
     cluster: Cluster
