@@ -377,11 +377,18 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     timed_out = proved = False
     _, _, _, val, best_rc, _ = p.respond(pi)
     loss = best_rc[p.m] - val  # each pair's loss at the prices (its reduced cost), ≥ 0
-    # 1) best responses, exact ties decided by the class MILP, then each type's free GPUs filled exactly
+    # 1) best responses, exact ties decided by the class MILP (the tie widened while the prices'
+    #    last digits leave the forced best responses overfilling a type), then the GPUs left idle
+    #    filled by a joint exchange over all types (the moves that can be in a certified answer)
     tie = TIE * float(np.max(np.abs(u)))
-    ch, _ = _class_milp(p, loss <= tie, best_rc <= tie, cfg, left(), force=False)
+    ch = None
+    while ch is None and tie <= TIE_MAX * float(np.max(np.abs(u))):
+        ch, _ = _class_milp(p, loss <= tie, best_rc <= tie, cfg, left(), force=False)
+        tie *= 100.0
     if ch is not None:
-        candidates += [ch, _fill_exact(ch, p, pi, bound, U, cfg)]
+        candidates += [ch, _fill_joint(ch, p, pi, bound, U, cfg, tol)]
+        if bound - _value(candidates[-1], U) > tol:  # per type, with the large moves the joint box leaves out
+            candidates.append(_fill_exact(ch, p, pi, bound, U, cfg))
     # 2) a certified answer loses at most tol at the prices, so no pair losing more is in one:
     #    MILPs over the pairs losing at most tol/4, then tol (each stopped at the first certified
     #    answer or after LADDER_NODES nodes), then exact reduced-cost fixing: a pair losing more than
@@ -392,6 +399,8 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
         gap = bound - _value(inc, U)
         if gap <= tol or left() <= 0:
             break
+        if frac is not None and gap <= LADDER_DIRECT * tol:
+            continue
         budget = min(frac * tol, gap) if frac is not None else gap
         allowed = loss <= budget + 1e-12
         within = np.all((inc < 0) | np.isin(inc * n + np.arange(n), (p.c * n + p.m)[allowed]))
@@ -546,8 +555,11 @@ def greedy_round(lp: np.ndarray, u: np.ndarray, m, c, n: int, cfg: Configuration
 DUAL_EVALUATIONS = 300  # Kelley evaluations (each O(pairs))
 DUAL_TOL = 1e-10  # relative: stop once min D − the master's bound is below this
 TIE = 1e-9  # pairs within this (relative to the largest utility) of a job's best response are tied
+TIE_MAX = 1e-5  # ... widened ×100 up to this while the forced best responses overfill a type
 TIE_MILP_NODES = 2_000  # branch-and-bound nodes of the tie MILP
 LADDER = (1 / 4, 1.0, None)  # loss budgets (× tol; None: the incumbent's gap, exact)
+LADDER_DIRECT = 4.0  # an incumbent this close (× tol) goes to the exact rung at once: the joint
+# exchange already searched the budgeted rungs' neighbourhood (every answer is one move per job away)
 LADDER_NODES = 50  # nodes of each budgeted MILP
 RC_MILP_NODES = 5_000  # nodes of the MILP over the pairs reduced-cost fixing leaves
 FULL_MILP_NODES = 20_000  # nodes of the last-resort full MILP
@@ -768,6 +780,111 @@ def _fill_exact(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
             else:
                 choice[m], cur_u[m], cur_g[m], cur_t[m] = target, U[m, target], cfg.gpus[target], t
     return choice
+
+
+JOINT_SPAN = 8  # GPUs per type the joint exchange may free or take beyond the idle ones
+JOINT_STATES = 40_000  # the joint DP's states at most (the span shrinks for many types)
+JOINT_PER_KIND = 8  # moves kept per kind (same GPU change on every type): the best-valued ones
+
+
+def _joint_moves(choice, p: Pairs, pi: np.ndarray, U: np.ndarray, cfg: Configurations, budget: float):
+    """The moves that can be in an answer within ``budget`` of the bound: a job to another of its
+    configurations, or a running job stopped, whose loss at the prices π is at most the budget
+    (an answer's distance to the bound is the sum of its pairs' losses plus π · its idle GPUs,
+    so no pair losing more is in it). (job, GPU change (P, k), value change, target (−2: stop))."""
+    n, k = p.n, len(p.W)
+    on = choice >= 0
+    idx = np.flatnonzero(on)
+    cur_u, cur_g, cur_t = np.zeros(n), np.zeros(n, dtype=int), np.full(n, -1)
+    cur_u[idx], cur_g[idx], cur_t[idx] = U[idx, choice[on]], cfg.gpus[choice[on]], cfg.gpu_type[choice[on]]
+    _, _, _, val, best, _ = p.respond(pi)
+    e = np.flatnonzero((best[p.m] - val <= budget) & (p.c != choice[p.m]))
+    st = np.flatnonzero(on & (best <= budget))
+    job = np.r_[p.m[e], st]
+    D = np.zeros((len(job), k), dtype=int)
+    run = np.flatnonzero(cur_t[job] >= 0)
+    D[run, cur_t[job[run]]] -= cur_g[job[run]]
+    D[np.arange(len(e)), p.t[e]] += p.g[e].astype(int)
+    return job, D, np.r_[p.u[e] - cur_u[p.m[e]], -cur_u[st]], np.r_[p.c[e], np.full(len(st), -2)]
+
+
+def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: np.ndarray,
+                cfg: Configurations, tol: float) -> np.ndarray:
+    """The best exchange over all GPU types at once: each job keeps its configuration or makes
+    one move (``_joint_moves``, within the budget a certified answer allows), so that the GPU
+    change per type stays within that type's idle GPUs — a multiple-choice knapsack in k
+    dimensions, solved exactly by dynamic programming over the change vectors in a box
+    [−JOINT_SPAN, idle] per type. Moves of one kind (the same change vector) are
+    interchangeable but for their value, so only the JOINT_PER_KIND best of each are kept: a
+    realistic round has a few dozen kinds among ~1,500 cheap moves. Restricted, so a heuristic:
+    its answer is certified (or not) against the bound by the caller."""
+    k = len(p.W)
+    on = choice >= 0
+    gap = bound - _value(choice, U)
+    if gap <= 0:
+        return choice
+    used = np.bincount(cfg.gpu_type[choice[on]], weights=cfg.gpus[choice[on]], minlength=k)
+    idle = np.floor(p.W - used + 1e-9).astype(int)
+    job, D, du, target = _joint_moves(choice, p, pi, U, cfg, min(gap, tol))
+    span = JOINT_SPAN
+    while span > 1 and np.prod(np.minimum(idle, span) + span + 1) > JOINT_STATES:
+        span -= 1
+    shape = np.minimum(idle, span) + span + 1
+    kinds, kind = np.unique(D, axis=0, return_inverse=True)
+    kind = kind.ravel()
+    order = np.lexsort((-du, kind))  # per kind, best value first
+    starts = np.r_[0, np.flatnonzero(np.diff(kind[order])) + 1]
+    rank = np.empty(len(order), dtype=int)
+    rank[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    keep = np.flatnonzero((np.abs(D) < shape).all(axis=1) & (rank < JOINT_PER_KIND))
+    keep = keep[np.argsort(job[keep], kind="stable")]
+    if len(keep) == 0:
+        return choice
+    moves = _exchange_dp(job[keep], kinds, kind[keep], du[keep], tuple(int(x) for x in shape), span)
+    out = choice.copy()
+    for i in moves:
+        out[job[keep][i]] = -1 if target[keep][i] == -2 else target[keep][i]
+    return out
+
+
+def _exchange_dp(job, kinds, kind, du, shape, span) -> list[int]:
+    """The moves (indices, ≤ one per job; ``job`` sorted) of the largest total value change
+    whose GPU change vectors sum to a state of the box (origin at ``span`` in every dimension)."""
+    k = len(shape)
+    cut = {}
+    for q in np.unique(kind):  # source and destination slices of each change vector
+        src, dst = [], []
+        for t in range(k):
+            d, L = int(kinds[q][t]), shape[t]
+            src.append(slice(0, L - d) if d >= 0 else slice(-d, L))
+            dst.append(slice(d, L) if d >= 0 else slice(0, L + d))
+        cut[int(q)] = (tuple(src), tuple(dst))
+    dp = np.full(shape, -np.inf)
+    dp[(span,) * k] = 0.0
+    back = []
+    bounds = np.r_[0, np.flatnonzero(np.diff(job)) + 1, len(job)]
+    for a, z in zip(bounds[:-1], bounds[1:]):  # one stage per job: keep, or one of its moves
+        new = dp.copy()
+        arg = np.zeros(shape, dtype=np.int32)
+        for i in range(a, z):
+            src, dst = cut[int(kind[i])]
+            cand = dp[src] + du[i]
+            region = new[dst]
+            better = cand > region + 1e-12
+            region[better] = cand[better]
+            arg[dst][better] = i + 1
+        dp = new
+        back.append(arg)
+    s = np.array(np.unravel_index(int(np.argmax(dp)), shape))
+    if not dp[tuple(s)] > 1e-12:
+        return []
+    chosen = []
+    for arg in reversed(back):
+        i = int(arg[tuple(s)]) - 1
+        if i >= 0:
+            chosen.append(i)
+            s = s - kinds[kind[i]]
+    return chosen
 
 
 # -- shared decoding -----------------------------------------------------------------------
