@@ -83,16 +83,27 @@ class PlacementLog:
     the placement changed: what the allocator's diff already lists, plus a set difference of job ids."""
 
     def __init__(self):
-        self.rows: list[tuple] = []
+        self.changes: list[tuple] = []  # (round, released job ids, ((job, its GpuSlots), ...)); rows at write()
         self._held: set = set()
 
     def add(self, k: int, assignments: dict, started, migrated) -> None:
-        """Round ``k``'s placement (job -> GpuSlots) and the jobs it started or moved."""
-        for j in sorted(self._held - assignments.keys()):
-            self.rows.append((k, j, "release", "", "", ""))
-        for j in dict.fromkeys([*started, *migrated]):
-            self.rows.extend((k, j, "place", g.server, g.gpu_type, g.gpu) for g in assignments.get(j, ()))
-        self._held = set(assignments)
+        """Round ``k``'s placement (job -> GpuSlots) and the jobs it started or moved. (A copy of the
+        job ids: the allocator may later drop jobs from the dict it shares.)"""
+        held = set(assignments)
+        gone = self._held - held
+        moved = [(j, assignments[j]) for j in dict.fromkeys((*started, *migrated)) if j in held]
+        if gone or moved:
+            self.changes.append((k, sorted(gone), moved))
+        self._held = held
+
+    @property
+    def rows(self):
+        for k, gone, moved in self.changes:
+            for j in gone:
+                yield k, j, "release", "", "", ""
+            for j, slots in moved:
+                for g in slots:
+                    yield k, j, "place", g.server, g.gpu_type, g.gpu
 
     def write(self, out, cluster=None, gpus_per_server: int | None = None, layout=None) -> list[str]:
         """Into folder ``out``; the servers from ``layout`` (the allocator's) or as the allocator lays out ``cluster``."""
