@@ -70,6 +70,20 @@ async def phase(bench, url: str, clients: int, seconds: float, dashboards: int) 
     return result
 
 
+def dashboard_metrics(url: str) -> dict:
+    """The server's own count of dashboard views built and their CPU seconds (/metrics)."""
+    import httpx
+
+    out = {"views_built": 0.0, "view_cpu_seconds": 0.0}
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "optsched_dashboard_views_total":
+            out["views_built"] = float(value)
+        elif name == "optsched_dashboard_view_cpu_seconds_total":
+            out["view_cpu_seconds"] = float(value)
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -88,6 +102,9 @@ def summary(rows: list[dict]) -> list[dict]:
                      "p99_range_ms": [float(min(r["p99_ms"] for r in mine)), float(max(r["p99_ms"] for r in mine))],
                      "server_cpu_ms_per_request": float(np.median([r["server_cpu_ms_per_request"] for r in mine])),
                      "requests_per_second": float(np.median([r["requests_per_second"] for r in mine])),
+                     "view_cpu_share": float(np.median([r["view_cpu_share"] for r in mine])),
+                     "view_cpu_ms_per_view": 1000 * sum(r["view_cpu_seconds"] for r in mine)
+                     / max(sum(r["views_built"] for r in mine), 1),
                      "loadavg": float(np.mean([r["loadavg"] for r in mine]))})
     base = next((a for a in arms if a["dashboards"] == 0), None)
     if base is not None:
@@ -124,13 +141,17 @@ def main(argv=None) -> int:
                 cpu0 = cpu_seconds(srv.proc.pid)
                 r = asyncio.run(phase(bench, srv.url, args.clients, args.seconds, d))
                 r["server_cpu_seconds"] = cpu_seconds(srv.proc.pid) - cpu0
+                r.update(dashboard_metrics(srv.url))
         r["dashboards"], r["loadavg"] = d, os.getloadavg()[0]
         r["server_cpu_ms_per_request"] = 1000 * r["server_cpu_seconds"] / max(r["requests"], 1)
+        r["view_cpu_share"] = r["view_cpu_seconds"] / max(r["server_cpu_seconds"], 1e-9)
         rows.append(r)
         if not args.json:
             print(f"dashboards {d:>3}: {r['requests']} requests ({r['requests_per_second']:.0f}/s), errors {r['errors']}, "
                   f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, server CPU {r['server_cpu_seconds']:.1f} s, "
-                  f"views pushed {r['views_received']}, load {r['loadavg']:.1f}", flush=True)
+                  f"views pushed {r['views_received']}, views built {r['views_built']:.0f} "
+                  f"({1000 * r['view_cpu_seconds']:.0f} ms CPU, {100 * r['view_cpu_share']:.2f} % of the server's), "
+                  f"load {r['loadavg']:.1f}", flush=True)
     arms = summary(rows)
     if args.json:
         print(json.dumps({"phases": rows, "arms": arms}))
@@ -145,7 +166,9 @@ def main(argv=None) -> int:
             if a["dashboards"] and "paired_p99_ratio" in a:
                 lo, hi = a["paired_p99_ratio_range"]
                 print(f"{a['dashboards']} dashboards vs none, paired by repetition: p99 ratio median "
-                      f"{a['paired_p99_ratio']:.3f} (range {lo:.3f}-{hi:.3f}), CPU per request {a['paired_cpu_ratio']:.3f}")
+                      f"{a['paired_p99_ratio']:.3f} (range {lo:.3f}-{hi:.3f}), CPU per request {a['paired_cpu_ratio']:.3f}; "
+                      f"building views: {100 * a['view_cpu_share']:.2f} % of the server's CPU "
+                      f"({a['view_cpu_ms_per_view']:.2f} ms a view)")
     return 1 if any(r["errors"] for r in rows) else 0
 
 

@@ -227,6 +227,7 @@ def _add_operator_routes(app: FastAPI, registry: Registry) -> None:
             "optsched_commits_total": ("counter", "State changes committed.", st["changes"]),
             "optsched_commit_seconds_total": ("counter", "Seconds spent committing (fsync included).",
                                               float(st["commit_seconds"])),
+            **app.state.hub.metrics(),  # the dashboard's pages: listeners, views built and their CPU
         }
         return PlainTextResponse(metrics.render(extra), media_type="text/plain; version=0.0.4; charset=utf-8")
 

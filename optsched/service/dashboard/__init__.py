@@ -44,6 +44,20 @@ class Hub:
         self.size = size
         self.listeners: dict[str, set[asyncio.Queue]] = {}
         self.dropped = 0  # views a slow listener lost (newer ones replaced them)
+        self.built = 0  # views built for listeners (one per committed change of a watched session)
+        self.build_cpu_seconds = 0.0  # their CPU (the building thread's), for /metrics and the load bench
+
+    def metrics(self) -> dict:
+        """Prometheus entries (name: (type, help, value)) for the service's /metrics."""
+        return {
+            "optsched_dashboard_listeners": ("gauge", "Dashboard pages listening (event streams open).",
+                                             sum(len(q) for q in self.listeners.values())),
+            "optsched_dashboard_views_total": ("counter", "Dashboard views built for listening pages.", self.built),
+            "optsched_dashboard_view_cpu_seconds_total": ("counter", "CPU seconds spent building dashboard views.",
+                                                          self.build_cpu_seconds),
+            "optsched_dashboard_views_dropped_total": ("counter", "Views a slow page lost (a newer one replaced "
+                                                       "them).", self.dropped),
+        }
 
     def wants(self, sid: str) -> bool:
         return bool(self.listeners.get(sid))
@@ -268,8 +282,13 @@ def add_routes(app, token: str | None, exists, snapshot) -> None:
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def _view_text(session, kind: str) -> str:
-    return json.dumps(view(session, kind), separators=(",", ":"), allow_nan=False)  # committed JSON: no NaN
+def _view_text(session, kind: str) -> tuple[str, float]:
+    """The view as JSON text (committed JSON: no NaN) and the CPU seconds it took this thread."""
+    import time
+
+    t0 = time.thread_time()
+    text = json.dumps(view(session, kind), separators=(",", ":"), allow_nan=False)
+    return text, time.thread_time() - t0
 
 
 async def publish_after(app, session, kind: Any = "") -> None:
@@ -279,8 +298,10 @@ async def publish_after(app, session, kind: Any = "") -> None:
     hub: Hub = app.state.hub
     if hub.wants(session.id):
         try:
-            text = await _in_thread(_view_text, session, kind)
+            text, cpu = await _in_thread(_view_text, session, kind)
         except Exception:  # the change is committed and answered whatever the page's view does
             log.exception("dashboard view of session %s failed", session.id)
             return
+        hub.built += 1
+        hub.build_cpu_seconds += cpu
         hub.publish(session.id, text)
