@@ -87,7 +87,7 @@ class GoodputCache:
         from collections import OrderedDict
 
         self.max_rows = max_rows
-        self._rows: "OrderedDict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
+        self._rows: "OrderedDict[bytes, tuple[float, np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
         self.hits = 0  # job rows found
         self.misses = 0  # job rows computed (or shared with another job's computation this call)
 
@@ -102,53 +102,62 @@ class GoodputCache:
              elastic: np.ndarray, max_gpus: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(goodput, atomic_bsz, accum_steps), each (n, C), for per-configuration
         parameters P (n, C, 7); rows of non-elastic jobs are left 0 (not theirs to use).
-        ``max_gpus`` (n,): a job's row is computed (and left 0) only up to its GPU limit,
-        which is part of the row's key."""
+        ``max_gpus`` (n,): a job's row is 0 beyond its GPU limit. The limit is not part of
+        the key: each configuration's search is independent of the others, so jobs of one
+        application and epoch with different limits share one row, searched up to the
+        largest limit asked (a row cached for a smaller limit is searched again)."""
         n, C = P.shape[:2]
         cap = np.full(n, np.inf) if max_gpus is None else np.asarray(max_gpus, float)
+        limit = np.minimum(cap, float(cfg.gpus.max()))
         scal = np.stack([model.grad_sqr, model.grad_var, model.init_batch_size, model.max_batch_size,
-                         model.min_local_bsz, model.max_local_bsz, np.full(n, float(model.accumulation)),
-                         np.minimum(cap, float(cfg.gpus.max()))], axis=1)
+                         model.min_local_bsz, model.max_local_bsz, np.full(n, float(model.accumulation))], axis=1)
         sig = np.concatenate([cfg.gpus, cfg.nodes]).astype(float)
         keys = np.ascontiguousarray(np.concatenate([P.reshape(n, -1), scal, np.broadcast_to(sig, (n, len(sig)))],
                                                    axis=1))
-        G = np.zeros((n, C))
-        B = np.zeros((n, C), dtype=int)
-        S = np.zeros((n, C), dtype=int)
-        rows = self._rows
+        found: dict[int, tuple] = {}
         todo: dict[bytes, list[int]] = {}
         for m in np.flatnonzero(elastic):
             key = keys[m].tobytes()
-            hit = rows.get(key)
-            if hit is not None:
-                G[m], B[m], S[m] = hit
-                rows.move_to_end(key)
+            hit = self._rows.get(key)
+            if hit is not None and hit[0] >= limit[m]:
+                found[int(m)] = hit
+                self._rows.move_to_end(key)
             else:
                 todo.setdefault(key, []).append(int(m))
         self.misses += sum(len(v) for v in todo.values())
-        self.hits += int(elastic.sum()) - sum(len(v) for v in todo.values())
-        if todo:
-            t = np.array([v[0] for v in todo.values()])  # one job per distinct row
-            limit = np.minimum(cap[t], float(cfg.gpus.max()))
-            g = np.zeros((len(t), C))
-            b = np.zeros((len(t), C), dtype=int)
-            s = np.zeros((len(t), C), dtype=int)
-            for lim in np.unique(limit):  # the rows of one GPU limit together, their configurations only
-                r = np.flatnonzero(limit == lim)
-                cols = np.flatnonzero(cfg.gpus <= lim)
-                if len(cols) == 0:
-                    continue
-                sub = model.take(t[r])
-                gg, bb, ss = sub.optimize(np.broadcast_to(cfg.nodes[cols], (len(r), len(cols))),
-                                          np.broadcast_to(cfg.gpus[cols], (len(r), len(cols))),
-                                          params=P[t[r]][:, cols])
-                g[np.ix_(r, cols)], b[np.ix_(r, cols)], s[np.ix_(r, cols)] = gg, bb, ss
-            for i, (key, ms) in enumerate(todo.items()):
-                G[ms], B[ms], S[ms] = g[i], b[i], s[i]
-                rows[key] = (g[i], b[i], s[i])
-            while len(rows) > self.max_rows:
-                rows.popitem(last=False)
+        self.hits += len(found)
+        for key, row in zip(todo, self._search(model, cfg, P, limit, todo)):
+            self._rows[key] = row
+            found.update((m, row) for m in todo[key])
+        while len(self._rows) > self.max_rows:
+            self._rows.popitem(last=False)
+        G, B, S = np.zeros((n, C)), np.zeros((n, C), dtype=int), np.zeros((n, C), dtype=int)
+        if found:
+            ms = np.fromiter(found, dtype=int, count=len(found))
+            G[ms], B[ms], S[ms] = (np.stack([found[m][i] for m in ms]) for i in (1, 2, 3))
+            beyond = cfg.gpus[None, :] > limit[:, None]
+            G[beyond], B[beyond], S[beyond] = 0.0, 0, 0
         return G, B, S
+
+    def _search(self, model: GoodputModel, cfg: Configurations, P: np.ndarray, limit: np.ndarray,
+                todo: dict[bytes, list[int]]) -> list[tuple]:
+        """(limit, goodput, atomic_bsz, accum_steps) of each missing row: one job's search per
+        row, up to the largest limit of the jobs that share it (and of its cached version)."""
+        C = len(cfg.gpus)
+        t = np.array([v[0] for v in todo.values()])
+        lim = np.array([max(float(limit[v].max()), self._rows[key][0] if key in self._rows else 0.0)
+                        for key, v in todo.items()])
+        g, b, s = np.zeros((len(t), C)), np.zeros((len(t), C), dtype=int), np.zeros((len(t), C), dtype=int)
+        for q in np.unique(lim):  # the rows of one limit together, their configurations only
+            r = np.flatnonzero(lim == q)
+            cols = np.flatnonzero(cfg.gpus <= q)
+            if len(cols) == 0:
+                continue
+            gg, bb, ss = model.take(t[r]).optimize(np.broadcast_to(cfg.nodes[cols], (len(r), len(cols))),
+                                                   np.broadcast_to(cfg.gpus[cols], (len(r), len(cols))),
+                                                   params=P[t[r]][:, cols])
+            g[np.ix_(r, cols)], b[np.ix_(r, cols)], s[np.ix_(r, cols)] = gg, bb, ss
+        return [(float(lim[i]), g[i], b[i], s[i]) for i in range(len(t))]
 
 
 GOODPUT_CACHE = GoodputCache()

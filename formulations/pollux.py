@@ -84,7 +84,14 @@ def fair_share_goodput(inst: Instance, gm) -> np.ndarray:
         r = np.full(inst.n, fair)
         ref = np.argmax(np.where(np.isfinite(gm.params).all(axis=2), inst.throughput + 1e-12, -1), axis=1)
         P = gm.params[np.arange(inst.n), ref][:, None, :]
-        g, _, _ = gm.model.optimize(np.ones((inst.n, 1)), r[:, None], params=np.nan_to_num(P, nan=1.0))
+        # one search per distinct row (jobs of one application and epoch share it)
+        mo = gm.model
+        key = np.column_stack([np.nan_to_num(P[:, 0], nan=1.0), mo.grad_sqr, mo.grad_var, mo.init_batch_size,
+                               mo.max_batch_size, mo.min_local_bsz, mo.max_local_bsz])
+        _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        g, _, _ = mo.take(first).optimize(np.ones((len(first), 1)), r[first, None],
+                                          params=np.nan_to_num(P[first], nan=1.0))
+        g = g[inv.ravel()]
         use = el.is_elastic & np.isfinite(P[:, 0]).all(axis=1) & (g[:, 0] > 0)
         base = np.where(use, g[:, 0], base)
     return base
