@@ -4,6 +4,7 @@ on the same instances, in one warm process, CPU seconds.
 
     OPENBLAS_NUM_THREADS=1 OPTSCHED_PEER_DATA=/work/shared/data python bench/maxmin_distinct.py
     python bench/maxmin_distinct.py --sizes 1024 --types 3 --instances 5 --kinds random
+    python bench/maxmin_distinct.py --uncongested --sizes 1000 2000 5000 10000   # 0.5 GPUs per job
 
 Instances: optsched/bench/distinct_rows.py (random rows, and Gavel's table with
 per-job noise; every row distinct, capacity binds). Per case: p50 / p99 / max
@@ -33,14 +34,14 @@ def _cpu(fn):
     return time.process_time() - t0, out
 
 
-def run_case(kind: str, n: int, k: int, count: int, seed: int) -> dict:
+def run_case(kind: str, n: int, k: int, count: int, seed: int, gpus_per_job: float) -> dict:
     from optsched.bench import distinct_rows
     from optsched.bench.references import max_min_cvxpy
     from optsched.policy import solve_instance
 
     ours, ref, ratio, diff, backends, bound = [], [], [], [], {}, 0
     for i in range(count):
-        inst = distinct_rows.instance(kind, n, k, seed + i)
+        inst = distinct_rows.instance(kind, n, k, seed + i, gpus_per_job)
         assert distinct_rows.distinct(inst)
         t_ours, alloc = _cpu(lambda: solve_instance(inst, "max_min_fairness", time_limit=600.0))
         t_ref, value = _cpu(lambda: max_min_cvxpy(inst))
@@ -54,7 +55,7 @@ def run_case(kind: str, n: int, k: int, count: int, seed: int) -> dict:
         print(f"  {kind} {n}x{k} #{i}: ours {t_ours:.4f} s ({backend}), ECOS {t_ref:.4f} s, "
               f"objective {alloc.objective:.9g} vs {value:.9g}", file=sys.stderr, flush=True)
     q = lambda v, p: float(np.percentile(v, p))  # noqa: E731
-    return {"kind": kind, "n": n, "k": k, "instances": count, "binds": bound,
+    return {"kind": kind, "n": n, "k": k, "gpus_per_job": gpus_per_job, "instances": count, "binds": bound,
             "ours": [q(ours, 50), q(ours, 99), max(ours)], "ref": [q(ref, 50), q(ref, 99), max(ref)],
             "ratio_p50": q(ref, 50) / q(ours, 50), "ratio_min": min(ratio), "diff_max": max(diff),
             "backends": backends}
@@ -94,23 +95,27 @@ def main(argv=None) -> int:
     ap.add_argument("--instances", type=int, default=20)
     ap.add_argument("--instances-10k", type=int, default=None, help="instances at 10,000 jobs (default: --instances)")
     ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--uncongested", action="store_true",
+                    help="0.5 GPUs per job (the bench's uncongested clusters) instead of 0.15 (capacity binds)")
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args(argv)
     from optsched.bench import distinct_rows
     from optsched.bench.references import max_min_cvxpy
     from optsched.policy import solve_instance
 
+    gpus = 0.5 if args.uncongested else distinct_rows.instances.CONGESTED
     for kind in args.kinds:  # imports and first-call costs of both sides, on the paths the cases take, untimed
-        warm = distinct_rows.instance(kind, 1100, 3, 1)
-        solve_instance(warm, "max_min_fairness")
-        max_min_cvxpy(warm)
+        for n in sorted({min(args.sizes), 1100}):
+            warm = distinct_rows.instance(kind, n, 3, 1, gpus)
+            solve_instance(warm, "max_min_fairness")
+            max_min_cvxpy(warm)
     load0 = os.getloadavg()
     rows = []
     for kind in args.kinds:
         for n in args.sizes:
             for k in args.types:
                 count = args.instances_10k if n >= 10000 and args.instances_10k else args.instances
-                rows.append(run_case(kind, n, k, count, args.seed))
+                rows.append(run_case(kind, n, k, count, args.seed, gpus))
     load1 = os.getloadavg()
     cold = cold_solve()
     print(table(rows))

@@ -57,11 +57,12 @@ def gavel_rows(path: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     return T[keep], sf[keep]
 
 
-def random_instance(n: int, k: int, seed: int) -> Instance:
-    return instances.rigid(n, k, seed, gpus_per_job=instances.CONGESTED)
+def random_instance(n: int, k: int, seed: int, gpus_per_job: float = instances.CONGESTED) -> Instance:
+    return instances.rigid(n, k, seed, gpus_per_job=gpus_per_job)
 
 
-def gavel_instance(n: int, k: int, seed: int, path: str | None = None) -> Instance:
+def gavel_instance(n: int, k: int, seed: int, path: str | None = None,
+                   gpus_per_job: float = instances.CONGESTED) -> Instance:
     """n jobs drawn from Gavel's table with per-job noise; k = 3 (Gavel's types) to 5."""
     if not 1 <= k <= len(GAVEL_TYPES) + len(DERIVED):
         raise OptschedError(f"distinct rows: types must be 1..{len(GAVEL_TYPES) + len(DERIVED)}, got {k}")
@@ -72,19 +73,20 @@ def gavel_instance(n: int, k: int, seed: int, path: str | None = None) -> Instan
     extra = [T3[:, 2] * rng.uniform(lo, hi, n) for lo, hi in DERIVED.values()]
     T = np.concatenate([T3, np.stack(extra, axis=1)], axis=1)[:, :k]
     T = T * rng.uniform(1 - NOISE, 1 + NOISE, T.shape)
-    base = random_instance(n, k, seed)  # weights, ages, tenants: as the random rows
+    base = random_instance(n, k, seed, gpus_per_job)  # weights, ages, tenants: as the random rows
     import dataclasses
 
     names = (GAVEL_TYPES + tuple(DERIVED))[:k]
-    capacity = np.full(k, float(max(8, int(n * instances.CONGESTED) // k)))
+    capacity = np.full(k, float(max(8, int(n * gpus_per_job) // k)))
     return dataclasses.replace(base, gpu_types=names, throughput=T, scale_factor=sf, capacity=capacity)
 
 
-def instance(kind: str, n: int, k: int, seed: int) -> Instance:
+def instance(kind: str, n: int, k: int, seed: int, gpus_per_job: float = instances.CONGESTED) -> Instance:
+    """``gpus_per_job``: CONGESTED (capacity binds), or e.g. 0.5 (the bench's uncongested clusters)."""
     if kind == "random":
-        return random_instance(n, k, seed)
+        return random_instance(n, k, seed, gpus_per_job)
     if kind == "gavel":
-        return gavel_instance(n, k, seed)
+        return gavel_instance(n, k, seed, gpus_per_job=gpus_per_job)
     raise OptschedError(f"distinct rows: kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
