@@ -39,9 +39,15 @@ demo: $(CORE_STAMP)
 	@echo "==> optsched solve (the built-in 12-job example, max-min fairness)"
 	$(VENV)/bin/optsched solve
 
+# The suite on TEST_WORKERS processes (pytest-xdist): more workers than CI's 2 cores, since the
+# real-time tests (Slurm, the local and Ray runtimes, the browser) mostly wait. `--dist loadgroup`
+# keeps the tests that share a server, Slurm cluster or scratch folder on one worker, in order
+# (tests/conftest.py). `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 3
+
 test: $(STAMP)
-	@echo "==> the test suite (pytest)"
-	$(PY) -m pytest
+	@echo "==> the test suite (pytest on $(TEST_WORKERS) workers)"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)
 	$(VENV)/bin/optsched bench --csv bench.csv $(if $(QUICK),--quick) $(if $(OLD),--compare $(OLD))

@@ -62,3 +62,50 @@ from hypothesis import settings as _hypothesis_settings  # noqa: E402
 _hypothesis_settings.register_profile("optsched", derandomize=True, print_blob=True)
 _hypothesis_settings.register_profile("explore", derandomize=False, max_examples=300, print_blob=True)  # bug hunting
 _hypothesis_settings.load_profile(os.environ.get("OPTSCHED_HYPOTHESIS_PROFILE", "optsched"))
+
+
+# ---------------------------------------------------------------- parallel runs (pytest-xdist)
+# `make test` runs the suite on several workers with `--dist loadgroup`: each test goes to the
+# next free worker, except the tests of one group, which run on one worker in file order. A file
+# is one group when its tests share more than a test: a module-scoped server, Slurm cluster (each
+# file starts its own, on its own fixed port and folder) or expensive result; state one test leaves
+# for the next; a page whose blocks run in order in one scratch folder (the README, each docs page).
+# Ray's tests are one group: one local Ray instance at a time. Any other test may run beside any
+# other, so none may depend on how busy the machine is (the real-time tests pace their jobs by
+# waiting, and count events, never seconds). The groups are read off the test ids by the scheduler
+# below, not from xdist_group marks: pytest 9.2 no longer lets pytest-xdist 3.8 add a mark's group
+# to a test's id, so such marks are silently ignored.
+ONE_WORKER_FILES = frozenset({
+    "test_slurm_agent.py", "test_slurm_executor.py", "test_slurm_cluster.py",  # a cluster per file
+    "test_readme.py",  # blocks in README order, one scratch folder
+    "test_dashboard.py", "test_service_http.py",  # a module-scoped `optsched serve`
+    "test_determinism_load.py", "test_docs_build.py", "test_report.py", "test_cli_polish_nan.py",  # costly module fixtures
+})
+RAY_FILES = frozenset({"test_runtime_ray.py", "test_sweep.py"})  # (test_sweep.py: Ray beside its module's local sweep)
+DOCS_BLOCK = "test_docs_block["
+
+
+def xdist_group(nodeid: str) -> str | None:
+    """The group of the test ``nodeid`` (tests/test_x.py::name[params]); None: any worker."""
+    path, _, name = nodeid.partition("::")
+    file = path.rsplit("/", 1)[-1]
+    if file in RAY_FILES:
+        return "ray"
+    if file == "test_docs.py" and name.startswith(DOCS_BLOCK):  # its id: test_docs_block[PAGE:L12-sh]
+        return "docs:" + name[len(DOCS_BLOCK):].rsplit(":L", 1)[0]
+    return file if file in ONE_WORKER_FILES else None
+
+
+@pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist: absent from a run without it)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """One work unit per group (largest first: they start early) and per ungrouped test."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
