@@ -9,6 +9,7 @@ Limits that bound the work one request can cause live here as constants
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -186,6 +187,15 @@ class SessionConfig(_Body):
                 if key in NOT_FOR_SESSIONS:
                     raise FieldError(key, f"not a session option: {NOT_FOR_SESSIONS[key]}")
         return data
+
+    @field_validator("session_id", mode="before")
+    @classmethod
+    def _readable_session_id(cls, v):
+        # Before the pattern: its message would be the regex itself.
+        if isinstance(v, str) and not re.fullmatch(SESSION_ID_PATTERN, v):
+            why = " (a URL path segment)" if v in (".", "..") else ""
+            raise ValueError(f"1-64 of A-Z a-z 0-9 _ . -, not '.' or '..', got {v[:80]!r}{why}")
+        return v
 
 
 class JobSpec(_Body):
