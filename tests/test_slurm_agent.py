@@ -18,13 +18,14 @@ import time
 from collections import Counter
 
 import pytest
+from _slurm_private import private_cluster
 
 from optsched.model import Cluster, OptschedError, Server
 from optsched.runtime.workloads.regression import digest, train
 from optsched.slurm import cli as scli
 from optsched.slurm.agent import (AgentDB, ContractError, decision_of, parse_contract, replay, requested_gpus,
                                   results)
-from optsched.slurm.localcluster import fresh, unavailable_reason
+from optsched.slurm.localcluster import unavailable_reason
 
 REASON = unavailable_reason()
 REGRESSION = os.path.join(os.path.dirname(os.path.abspath(train.__code__.co_filename)), "regression.py")
@@ -76,7 +77,7 @@ def script(ticks: int) -> str:
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = fresh("/tmp/optsched-slurm-tests-agent", port=17300)  # 2 v100 + 2 k80 nodes, 4 GPUs each
+    c = private_cluster("agent")  # 2 v100 + 2 k80 nodes, 4 GPUs each
     yield c
     c.remove()
 
@@ -210,10 +211,12 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
             states = {n: _state(c, j) for n, j in good.items()}
             if all(s in ("COMPLETED", "CANCELLED") for s in states.values()):
                 rows, summary = results(db)
-                if summary["active"] == 0 and len(rows) == len(good):
+                # ... and the agent has observed each end: a job-library job can finish in the session (its
+                # steps observed) a round before the agent sees Slurm list it as ended ("finished" until then)
+                if summary["active"] == 0 and len(rows) == len(good) and all(r["status"] != "finished" for r in rows):
                     break
         else:
-            pytest.fail(f"jobs not done: {states}")
+            pytest.fail(f"jobs not done: {states}, agent: {[(r['slurm_id'], r['status']) for r in results(db)[0]]}")
     finally:
         agent.send_signal(signal.SIGTERM)
         try:

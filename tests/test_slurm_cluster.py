@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 import pytest
+from _slurm_private import free_port_block
 
 from optsched.model import OptschedError
 from optsched.slurm import cli as scli
@@ -56,7 +57,7 @@ def test_up_is_idempotent_and_down_stops_only_its_daemons(tmp_path):
         from_dir(str(tmp_path / "cl"), port=17600).up()  # pytest's folders are private: munged could not reach it
     d = tempfile.mkdtemp(prefix="optsched-slurm-test-", dir="/tmp")
     os.chmod(d, 0o755)
-    c = from_dir(d, nodes="v100=1,k80=1", gpus=2, port=17600)
+    c = from_dir(d, nodes="v100=1,k80=1", gpus=2, port=free_port_block(2))
     try:
         states = c.up()
         assert set(states) == {"n0", "n1"}

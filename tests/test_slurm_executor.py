@@ -16,12 +16,13 @@ from collections import defaultdict
 
 import pytest
 
-from optsched.slurm.localcluster import fresh, unavailable_reason
+from optsched.slurm.localcluster import unavailable_reason
 
 REASON = unavailable_reason()
 pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""),
               pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")]
 
+from _slurm_private import private_cluster  # noqa: E402
 from test_runtime import assert_full_progress, assert_no_slot_shared, regression_job  # noqa: E402
 
 from optsched.runtime.loop import RunConfig, run  # noqa: E402
@@ -33,7 +34,7 @@ GPUS = (1, 2, 4, 1, 2, 1, 4, 2, 1, 1, 2, 4, 1, 2, 1, 1, 4, 2, 1, 2)
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = fresh("/tmp/optsched-slurm-tests-exec", port=17500)  # 2 v100 + 2 k80 nodes, 4 GPUs each
+    c = private_cluster("exec")  # 2 v100 + 2 k80 nodes, 4 GPUs each
     yield c
     c.remove()
 
@@ -134,7 +135,7 @@ def test_the_slurm_runtime_matches_the_simulation_of_the_same_jobs_within_10_per
     from optsched.sim import simulate
     from optsched.traces.io import read_trace
 
-    c = fresh("/tmp/optsched-slurm-tests-jct", nodes="v100=1", gpus=2, port=17700)
+    c = private_cluster("jct", nodes="v100=1", gpus=2)
     try:
         trace = tmp_path / "real.csv"
         trace.write_text(REAL_TRACE)
