@@ -270,16 +270,10 @@ def _sse(url: str, token: str, out: "queue.Queue", stop: threading.Event) -> Non
         out.put(("closed", None))
 
 
-def test_a_run_shows_each_round_on_its_dashboard_as_it_advances(tmp_path):
-    """optsched run's view (a read-only feed, its own server): the runtime on the virtual clock of
-    tests/test_runtime.py waits after each publish until the page's stream has delivered that view,
-    so every round is seen, in order, whatever the machine's speed; each view agrees with the run's
-    own record of the round and with where its jobs run."""
-    import queue
-
+def _virtual_run_dashboard():
+    """The 6-job example on 2 slots in tests/test_runtime.py's virtual time, and a run dashboard's feed and server."""
     from optsched.cli.serve import listening_socket
-    from optsched.runtime.loop import RunConfig, run
-    from optsched.service.dashboard.live import Feed, run_view, serve
+    from optsched.service.dashboard.live import Feed, serve
     from optsched.traces.io import read_trace
     from tests.conftest import ROOT
     from tests.test_runtime import VirtualExecutor
@@ -287,7 +281,20 @@ def test_a_run_shows_each_round_on_its_dashboard_as_it_advances(tmp_path):
     trace = read_trace(ROOT / "examples" / "workloads" / "small.csv")
     ex = VirtualExecutor("slot=2", {r.job_id: r.steps_total / r.duration for r in trace.jobs.itertuples()}, 0.4)
     feed = Feed("run")
-    server = serve(feed, listening_socket("127.0.0.1", 0), TOKEN)
+    return trace, ex, feed, serve(feed, listening_socket("127.0.0.1", 0), TOKEN)
+
+
+def test_a_run_shows_each_round_on_its_dashboard_as_it_advances(tmp_path):
+    """optsched run's view (a read-only feed, its own server): the runtime on the virtual clock of
+    tests/test_runtime.py waits after each publish until the page's stream has delivered that view,
+    so every round is seen, in order, whatever the machine's speed; each view agrees with the run's
+    own record of the round and with where its jobs run."""
+    import queue
+
+    from optsched.runtime.loop import RunConfig, run
+    from optsched.service.dashboard.live import run_view
+
+    trace, ex, feed, server = _virtual_run_dashboard()
     url = f"http://127.0.0.1:{server.port}"
     got: queue.Queue = queue.Queue()
     stop = threading.Event()
@@ -479,3 +486,44 @@ def test_the_page_says_when_its_session_is_deleted_in_chromium(server, browser, 
     print("screenshot:", tmp_path / "dashboard-deleted.png")
     assert not severe(browser), severe(browser)
     browser.get("about:blank")
+
+
+def test_a_runs_page_in_chromium_follows_every_round_then_says_the_run_is_over(browser, tmp_path):
+    """The run's page (same page and assets as a session's) in Chromium: after each view the run waits
+    until the page shows it (its version), then the page's GPUs must be the view's; at the end it says so."""
+    from optsched.runtime.loop import RunConfig, run
+    from optsched.service.dashboard.live import run_view
+
+    trace, ex, feed, server = _virtual_run_dashboard()
+    url = f"http://127.0.0.1:{server.port}/dashboard/run?token={TOKEN}"
+    seen = {"preempted": 0, "views": 0}
+    try:
+        browser.get(url)
+        wait_for(browser, lambda d: d.find_element("id", "status").text == "live", "a live connection")
+
+        def observer(rt, kind, info):
+            v = run_view(rt, kind, info)
+            feed.publish(v)
+            version = feed.snapshot()["version"]
+            wait_for(browser, lambda d: d.execute_script("return document.body.dataset.version") == str(version),
+                     f"view {version}", timeout=60)
+            want = {(g["server"], g["gpu"]): j["id"] for j in v["jobs"] for g in j["gpus"]}
+            assert {k: j for k, j in cells(browser).items() if j} == want
+            row = browser.find_element("css selector", f"#rounds tr[data-round='{info['round']}']")
+            assert [e.text for e in row.find_elements("css selector", ".tag.pre")] == list(info["preempted"])
+            seen["preempted"] += len(info["preempted"]) if kind == "decided" else 0
+            seen["views"] += 1
+
+        res = run(trace, ex, RunConfig(round_length=2.0, poll_interval=0.02, throughputs="trace"),
+                  run_dir=str(tmp_path / "run"), observer=observer)
+        feed.end("finished")
+        wait_for(browser, lambda d: d.execute_script("return document.body.dataset.ended") == "finished", "the end")
+        assert "run is over" in browser.find_element("id", "ended").text
+        assert browser.find_element("id", "finished").text == str(len(trace))
+        browser.save_screenshot(str(tmp_path / "run-dashboard-ended.png"))
+        print("screenshot:", tmp_path / "run-dashboard-ended.png")
+        assert not severe(browser), severe(browser)
+        browser.get("about:blank")
+    finally:
+        server.stop()
+    assert seen["views"] == 2 * len(res.rounds) and seen["preempted"] == res.summary["preemptions"] > 0
