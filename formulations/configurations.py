@@ -396,8 +396,12 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
         tie *= 100.0
     if ch is not None:
         candidates += [ch, _fill_joint(ch, p, pi, bound, U, cfg, tol)]
-        if bound - _value(candidates[-1], U) > tol:  # per type, with the large moves the joint box leaves out
-            candidates.append(_fill_exact(ch, p, pi, bound, U, cfg))
+        for _ in range(JOINT_PASSES):  # an integrality gap above tol: exchanges of moves losing more
+            if bound - _value(candidates[-1], U) <= tol:
+                break
+            candidates.append(_fill_joint(candidates[-1], p, pi, bound, U, cfg, np.inf))
+        if bound - _value(candidates[-1], U) > LADDER_DIRECT * tol:  # per type, with the large moves
+            candidates.append(_fill_exact(ch, p, pi, bound, U, cfg))  # the joint box leaves out
     # 2) a certified answer loses at most tol at the prices, so no pair losing more is in one:
     #    MILPs over the pairs losing at most tol/4, then tol (each stopped at the first certified
     #    answer or after LADDER_NODES nodes), then exact reduced-cost fixing: a pair losing more than
@@ -794,6 +798,7 @@ def _fill_exact(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
 JOINT_SPAN = 8  # GPUs per type the joint exchange may free or take beyond the idle ones
 JOINT_STATES = 40_000  # the joint DP's states at most (the span shrinks for many types)
 JOINT_PER_KIND = 8  # moves kept per kind (same GPU change on every type): the best-valued ones
+JOINT_PASSES = 2  # exchanges from the last answer, each within its own gap to the bound
 
 
 def _joint_moves(choice, p: Pairs, pi: np.ndarray, U: np.ndarray, cfg: Configurations, budget: float):
