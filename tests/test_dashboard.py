@@ -527,3 +527,77 @@ def test_a_runs_page_in_chromium_follows_every_round_then_says_the_run_is_over(b
     finally:
         server.stop()
     assert seen["views"] == 2 * len(res.rounds) and seen["preempted"] == res.summary["preemptions"] > 0
+
+
+def test_optsched_slurm_dashboard_follows_the_agent_on_a_real_slurm(tmp_path):
+    """`optsched slurm --dashboard PORT` beside a private local Slurm cluster: a held job with the
+    contract is placed by the agent, and the page's views carry the agent's recorded decisions,
+    round by round, until SIGTERM stops it (`ended`: stopped)."""
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from optsched.slurm import cli as scli
+    from optsched.slurm.agent import AgentDB
+    from optsched.slurm.localcluster import unavailable_reason
+
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    from optsched.service.process import free_port
+    from tests._slurm_private import private_cluster
+
+    c = private_cluster("dash", nodes="v100=1", gpus=2)
+    work = tempfile.mkdtemp(prefix="optsched-dash-", dir="/tmp")
+    os.chmod(work, 0o755)
+    db, port = str(tmp_path / "agent.db"), free_port()
+    got: queue.Queue = queue.Queue()
+    p = sid = None
+    try:
+        sid = scli.run(["sbatch", "--parsable", "--hold", "--gres=gpu:1", "-J", "train", "-D", work, "-o", "out.log",
+                        "--comment", "optsched: throughput=v100:1 steps=1000000", "--wrap", "sleep 600"],
+                       c.env).stdout.strip().split(";")[0]
+        p = subprocess.Popen([str(Path(sys.executable).with_name("optsched")), "slurm", "--db", db, "--round-length",
+                              "1", "--slurm-conf", c.conf, "--dashboard", str(port)],
+                             stdout=open(tmp_path / "agent.log", "wb"), stderr=subprocess.STDOUT,
+                             env={**os.environ, **c.env, "OPTSCHED_TOKEN": TOKEN})
+        url = f"http://127.0.0.1:{port}/dashboard/slurm"
+        for _ in range(600):  # (a bound only a failed start reaches)
+            try:
+                if httpx.get(f"{url}/view", params={"token": TOKEN}).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert p.poll() is None, (tmp_path / "agent.log").read_text()
+            threading.Event().wait(0.1)
+        threading.Thread(target=_sse, args=(f"{url}/events", TOKEN, got, threading.Event()), daemon=True).start()
+        views = []
+        while len({v["round"] for v in views if v.get("last_round")}) < 3:
+            event, v = got.get(timeout=120)
+            assert event == "view", (event, v)
+            views.append(v)
+        p.send_signal(signal.SIGTERM)
+        while (item := got.get(timeout=120))[0] == "view":
+            views.append(item[1])
+        assert item == ("ended", {"session_id": "slurm", "reason": "stopped"})
+        assert p.wait(120) == 0
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+        if sid is not None:
+            scli.run(["scancel", "--full", sid], c.env, check=False)
+        c.remove()
+    adb = AgentDB(db)
+    try:
+        decided = {r["round"]: r["decision"] for r in adb.rounds() if r["decision"] is not None}
+    finally:
+        adb.close()
+    job = f"slurm-{sid}"
+    assert any(job in v["last_round"]["placement"] for v in views if v.get("last_round"))
+    for v in views:
+        lr = v.get("last_round")
+        if lr:  # every round the page showed is the one the agent recorded and applied
+            assert {k: lr[k] for k in ("round", "placement", "started", "preempted", "migrated")} == \
+                {k: decided[lr["round"]][k] for k in ("round", "placement", "started", "preempted", "migrated")}
+            running = {j["id"]: j["gpus"] for j in v["jobs"] if j["status"] == "running"}
+            assert running == lr["placement"]
