@@ -98,9 +98,12 @@ def wait_gone(run_dir: str, timeout: float = HANG) -> list[int]:
 
 def test_revoked_lease_checkpoints_and_resume_matches_uninterrupted_run(tmp_path):
     steps = 400
-    cmd = workload_command("regression", steps)
+    # 5 ms of waiting per step (an accelerator's time): 400 steps take 2 s or more however fast the CPU is,
+    # so the revocation after 20 steps lands mid-run (CPU-only steps could all end before it on a fast machine)
+    cmd = workload_command("regression:sleep_ms=5", steps)
     env = {**os.environ, "OPTSCHED_JOB_DIR": str(tmp_path), "OPENBLAS_NUM_THREADS": "1", "OPTSCHED_INCARNATION": "0"}
-    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + 60, "revoked": False})
+    # leases that outlast any busy machine's run (an expiry is the next test's subject)
+    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + HANG, "revoked": False})
     p = subprocess.Popen(cmd, env=env)
     deadline = time.time() + HANG
     while time.time() < deadline:  # revoke once it has made some progress
@@ -115,7 +118,7 @@ def test_revoked_lease_checkpoints_and_resume_matches_uninterrupted_run(tmp_path
     with np.load(tmp_path / "ckpt.npz") as z:
         assert int(z["__optsched_step__"]) == prog["steps_done"]
     # a resumed run continues from the checkpoint and ends with the uninterrupted run's weights
-    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + 60, "revoked": False})
+    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + HANG, "revoked": False})
     assert subprocess.run(cmd, env={**env, "OPTSCHED_INCARNATION": "1"}, timeout=HANG).returncode == 0
     prog2 = json.loads((tmp_path / "progress.json").read_text())
     assert prog2["status"] == "finished" and prog2["restored_step"] == prog["steps_done"]
@@ -126,9 +129,16 @@ def test_revoked_lease_checkpoints_and_resume_matches_uninterrupted_run(tmp_path
 def test_expired_lease_stops_the_job_with_a_checkpoint(tmp_path):
     """The runtime is gone (no renewal): the job stops by itself, nothing lost."""
     env = {**os.environ, "OPTSCHED_JOB_DIR": str(tmp_path), "OPENBLAS_NUM_THREADS": "1"}
-    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + 1.0, "revoked": False})
-    rc = subprocess.run(workload_command("regression", 10**6), env=env, timeout=HANG).returncode
-    assert rc == EXIT_PREEMPTED
+    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + HANG, "revoked": False})
+    p = subprocess.Popen(workload_command("regression", 10**6), env=env)
+    deadline = time.time() + HANG
+    while time.time() < deadline:  # until it steps: a start may take seconds on a busy machine (a lease
+        prog = json.loads((tmp_path / "progress.json").read_text()) if (tmp_path / "progress.json").exists() else {}
+        if prog.get("steps_done", 0) > 0:  # of 1 s from the launch expired before the first step)
+            break
+        time.sleep(0.01)
+    write_json_atomic(str(tmp_path / "lease.json"), {"expires": time.time() + 1.0, "revoked": False})  # the last renewal
+    assert p.wait(timeout=HANG) == EXIT_PREEMPTED
     prog = json.loads((tmp_path / "progress.json").read_text())
     assert prog["stop_reason"] == "expired" and prog["steps_done"] > 0
 
