@@ -19,10 +19,21 @@ on first access. A feature whose optional dependency is missing raises
 from __future__ import annotations
 
 import importlib
+import os as _os
 from typing import TYPE_CHECKING, Any, Callable
 
-from optsched.extras import MissingExtra
-from optsched.model import Allocation, Cluster, Instance, Job, OptschedError, Snapshot, parse_snapshot
+# A checkout keeps formulations/, solvers/ and traces/ beside this folder (pyproject's package-dir
+# maps them to optsched.*). Python started in the checkout's root imports this folder, not the
+# installed package, and then found no optsched.solvers (a traceback on the first solve): look
+# beside it too. An installed package has them inside and skips this.
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if not _os.path.isdir(_os.path.join(__path__[0], "solvers")) and _os.path.isfile(
+        _os.path.join(_checkout, "solvers", "block_lp.py")):
+    __path__.append(_checkout)
+del _checkout, _os
+
+from optsched.extras import MissingExtra  # noqa: E402
+from optsched.model import Allocation, Cluster, Instance, Job, OptschedError, Snapshot, parse_snapshot  # noqa: E402
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
     import pandas  # noqa: F401

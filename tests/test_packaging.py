@@ -112,3 +112,26 @@ def test_the_python_api_suggests_a_policy_too():
     snap = (ROOT / "examples" / "snapshot.json").read_text()
     with pytest.raises(optsched.OptschedError, match=r"^policy: unknown policy 'lass'; did you mean 'las'\? \(choose"):
         optsched.solve(snap, policy="lass")
+
+
+# Python started in a checkout's root imports ./optsched, not the installed package; solvers/,
+# formulations/ and traces/ sit beside it (pyproject's package-dir), so with a plain
+# `pip install .` the first solve was `No module named 'optsched.solvers'`. The editable
+# install's finder hid that; the child drops it to see what a plain install sees.
+WITHOUT_EDITABLE_FINDER = """
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", type(f).__module__)]
+sys.path_hooks[:] = [h for h in sys.path_hooks if "__editable__" not in getattr(h, "__module__", "")]
+sys.path_importer_cache.clear()
+import optsched, optsched.solvers.block_lp, optsched.formulations.base, optsched.traces.trace
+a = optsched.solve(open("examples/snapshot.json").read())
+print(a.status, optsched.solvers.__file__)
+"""
+
+
+def test_python_in_the_checkout_root_finds_the_subpackages_beside_optsched():
+    r = subprocess.run([sys.executable, "-c", WITHOUT_EDITABLE_FINDER], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    status, where = r.stdout.split()
+    assert status == "optimal" and Path(where) == ROOT / "solvers" / "__init__.py"
