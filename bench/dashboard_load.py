@@ -11,6 +11,7 @@ arm's ratio to the arm without a dashboard.
     python bench/dashboard_load.py                       # 100 clients × 15 s, arms 0, 1, 10 interleaved, 2 repeats
     python bench/dashboard_load.py --repeat 4 --json     # 12 phases: 0,1,10,0,1,10,...
     python bench/dashboard_load.py --clients 20 --seconds 3 --dashboards 0 1 --repeat 1
+    python bench/dashboard_load.py --watched 300 --dashboards 1 10 --repeat 3   # a watched commit's cost, isolated
 """
 
 from __future__ import annotations
@@ -68,6 +69,60 @@ async def phase(bench, url: str, clients: int, seconds: float, dashboards: int) 
     await asyncio.gather(*watchers)
     result["views_received"] = len(counts)
     return result
+
+
+async def watched(bench, url: str, requests: int, listeners: int) -> dict:
+    """The worst case, isolated: one client's ``requests`` rounds on one session that ``listeners``
+    pages watch, so every commit builds a view and writes it to every stream (no queueing: one
+    request at a time). The server's CPU per request, with and without the pages, is what a
+    watched commit costs."""
+    u = urlsplit(url)
+    conn = bench.Conn(u.hostname, u.port, {})
+    await conn.request("POST", "/v1/sessions", {"cluster": bench.CLUSTER, "round_length": 60.0, "session_id": "w"})
+    jobs = [{"id": f"j{i}", "throughput": bench.THROUGHPUT, "steps_total": 1e9} for i in range(12)]
+    await conn.request("POST", "/v1/sessions/w/jobs", {"jobs": jobs})
+    counts: list = []
+    deadline = time.perf_counter() + 3600
+    streams = [asyncio.create_task(watch(url, "w", deadline, counts)) for _ in range(listeners)]
+    while len(counts) < listeners:  # every page has its first view: the streams are open
+        await asyncio.sleep(0.01)
+    t0 = time.perf_counter()
+    for _ in range(requests):
+        status, _ = await conn.request("POST", "/v1/sessions/w/rounds", {})
+        assert status == 200, status
+    wall = time.perf_counter() - t0
+    for t in streams:
+        t.cancel()
+    await asyncio.gather(*streams, return_exceptions=True)
+    await conn.close()
+    return {"wall_seconds": wall, "views_received": len(counts)}
+
+
+def watched_main(args) -> int:
+    """--watched N: arms of 0 and each --dashboards count, interleaved, N rounds each."""
+    import numpy as np
+
+    bench, rows = _load_bench(), []
+    arms = list(dict.fromkeys([0, *args.dashboards]))
+    for d in arms * args.repeat:
+        with tempfile.TemporaryDirectory() as tmp:
+            with ServerProcess(Path(tmp) / "w.db", args=["--no-access-log"]) as srv:
+                cpu0 = cpu_seconds(srv.proc.pid)
+                r = asyncio.run(watched(bench, srv.url, args.watched, d))
+                r["server_cpu_seconds"] = cpu_seconds(srv.proc.pid) - cpu0
+                r.update(dashboard_metrics(srv.url))
+        r.update(dashboards=d, loadavg=os.getloadavg()[0], cpu_ms_per_request=1000 * r["server_cpu_seconds"] / args.watched)
+        rows.append(r)
+        print(f"pages {d:>3}: {args.watched} rounds, server CPU {r['cpu_ms_per_request']:.2f} ms a round, views built "
+              f"{r['views_built']:.0f} ({1000 * r['view_cpu_seconds'] / max(r['views_built'], 1):.2f} ms each), "
+              f"load {r['loadavg']:.1f}", flush=True)
+    base = float(np.median([r["cpu_ms_per_request"] for r in rows if r["dashboards"] == 0]))
+    for d in arms[1:]:
+        mine = [r["cpu_ms_per_request"] for r in rows if r["dashboards"] == d]
+        extra = float(np.median(mine)) - base
+        print(f"{d} pages watching: +{extra:.2f} ms of server CPU per watched commit (median {np.median(mine):.2f} vs "
+              f"{base:.2f} ms without), i.e. {extra / max(d, 1):.3f} ms per page")
+    return 0
 
 
 def dashboard_metrics(url: str) -> dict:
@@ -129,11 +184,15 @@ def main(argv=None) -> int:
     ap.add_argument("--dashboards", type=int, nargs="+", default=[0, 1, 10],
                     help="The arms: dashboards open in a phase (0: none), run in this order each repeat.")
     ap.add_argument("--repeat", type=int, default=2, help="Times the arms are run, interleaved.")
+    ap.add_argument("--watched", type=int, default=0, help="Instead: N rounds of one client on one session "
+                    "watched by each --dashboards count of pages (the cost of a watched commit, isolated).")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if not (0 < args.clients <= 1000 and 0 < args.seconds <= 600 and all(0 <= d <= args.clients for d in args.dashboards)
             and 1 <= args.repeat <= 100):
         ap.error("--clients in 1..1000, --seconds in (0, 600], --dashboards in 0..clients, --repeat in 1..100")
+    if args.watched:
+        return watched_main(args)
     bench, rows = _load_bench(), []
     for d in args.dashboards * args.repeat:
         with tempfile.TemporaryDirectory() as tmp:
