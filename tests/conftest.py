@@ -96,6 +96,18 @@ def xdist_group(nodeid: str) -> str | None:
     return file if file in ONE_WORKER_FILES else None
 
 
+# Long single tests (a solve of tens of CPU seconds, real jobs that wait) go out first, right after the
+# groups (the scheduler sends the largest first): dealt last, one of them would be the run's tail.
+LONG_FIRST = ("tests/test_water_filling_warm.py", "tests/test_one_core.py", "tests/test_runtime.py",
+              "tests/test_service_load.py", "tests/test_cli_elastic.py", "tests/test_allocator_state.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # (every worker sorts alike: their collections must agree)
+        items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
+
+
 @pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist: absent from a run without it)
 def pytest_xdist_make_scheduler(config, log):
     if config.getoption("dist") != "loadgroup":
