@@ -356,6 +356,8 @@ def identical_rows(lp: BlockLP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cols.append(np.asarray(lp.lower, dtype=float)[:, None])
     key = np.concatenate(cols, axis=1)
     order = _row_order(key)
+    if order is None:  # no two projections equal, so no two rows: every row its own class
+        return np.arange(n), np.arange(n), np.ones(n, dtype=np.int64)
     ordered = key[order]
     new = np.empty(n, dtype=bool)
     new[0] = True
@@ -366,8 +368,9 @@ def identical_rows(lp: BlockLP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order[starts], inverse, np.diff(np.append(starts, n))
 
 
-def _row_order(key: np.ndarray) -> np.ndarray:
-    """An order of the rows that puts equal rows next to each other: by a
+def _row_order(key: np.ndarray) -> np.ndarray | None:
+    """An order of the rows that puts equal rows next to each other (None when
+    no two rows project alike, so none are equal): by a
     random projection (one float sort, ~4× a lexsort over every column), then
     by every column within the rare runs of equal projections (different
     rows that round to the same projection must not split a group of equal
@@ -380,6 +383,8 @@ def _row_order(key: np.ndarray) -> np.ndarray:
     order = np.argsort(projection, kind="stable")
     p = projection[order]
     tie = p[1:] == p[:-1]
+    if not tie.any():
+        return None  # (distinct rows: the caller needs no order)
     mixed = tie & (key[order[1:]] != key[order[:-1]]).any(axis=1)
     if mixed.any():
         starts = np.flatnonzero(np.diff(np.r_[False, tie, False].astype(np.int8)) == 1)

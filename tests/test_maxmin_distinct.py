@@ -243,3 +243,21 @@ def test_water_filling_on_congested_distinct_rows_takes_the_level_search(seed, m
         if module is water_filling:  # its first level is max-min's optimum
             ref = independent(max_min_fairness.build(inst).lp)
             assert warm.objective == pytest.approx(ref.z, rel=1e-6)
+
+
+def test_identical_rows_of_distinct_rows_are_every_row():
+    """No two projections alike: every row is its own class (the early exit), and
+    two equal rows among distinct ones still make one class."""
+    rng = np.random.default_rng(3)
+    lp = distinct_lp(rng, 300, 3, 0.15)
+    first, inverse, counts = block_lp.identical_rows(lp)
+    assert len(counts) == 300 and np.array_equal(lp.A[first][inverse], lp.A)
+    A = lp.A.copy()
+    A[7] = A[100]
+    allowed = lp.allowed.copy()
+    allowed[7] = allowed[100]
+    S = lp.S.copy()
+    S[7] = S[100]
+    twin = BlockLP(A=A, S=S, W=lp.W, allowed=allowed, c_z=1.0, g=lp.g, lower=lp.lower)
+    first, inverse, counts = block_lp.identical_rows(twin)
+    assert len(counts) == 299 and inverse[7] == inverse[100] and np.array_equal(A[first][inverse], A)
