@@ -112,6 +112,8 @@ def test_the_python_api_suggests_a_policy_too():
     snap = (ROOT / "examples" / "snapshot.json").read_text()
     with pytest.raises(optsched.OptschedError, match=r"^policy: unknown policy 'lass'; did you mean 'las'\? \(choose"):
         optsched.solve(snap, policy="lass")
+    with pytest.raises(optsched.OptschedError, match=r"^policy: unknown policy 'fifoo'; did you mean 'fifo'\? \(choose"):
+        optsched.Session.create({"cluster": {"gpus": {"v100": 1}}, "policy": "fifoo"})  # a session, in process
 
 
 # Python started in a checkout's root imports ./optsched, not the installed package; solvers/,

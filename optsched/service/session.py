@@ -779,7 +779,10 @@ def _check_config(cfg: SessionConfig, limits: Limits) -> None:
     if total == 0:
         raise OptschedError("cluster.gpus: the cluster has no GPUs")
     if cfg.policy not in POLICIES and cfg.policy not in policy_names():  # plugins (entry points) too
-        raise OptschedError(f"policy: unknown policy {cfg.policy!r} (choose from {', '.join(policy_names())})")
+        from optsched.suggest import with_suggestion  # in process too, not only in the service's 4xx
+
+        raise OptschedError(with_suggestion(f"policy: unknown policy {cfg.policy!r} (choose from "
+                                            f"{', '.join(policy_names())})"))
     # time_limit and max_jobs above the server's limits are capped where they are used.
     # The core's own checks of its rules (POP, packing), at creation, not as a failure of every round.
     RoundRules(cfg.policy, packing=cfg.packing, partitions=cfg.partitions).check("")
