@@ -841,9 +841,11 @@ def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
     idle = np.floor(p.W - used + 1e-9).astype(int)
     job, D, du, target = _joint_moves(choice, p, pi, U, cfg, min(gap, tol))
     span = JOINT_SPAN
-    while span > 1 and np.prod(np.minimum(idle, span) + span + 1) > JOINT_STATES:
+    while span > 1 and np.prod(np.minimum(idle, span) + 2 * span + 1) > JOINT_STATES:
         span -= 1
-    shape = np.minimum(idle, span) + span + 1
+    # states: the change so far, in [−span, min(idle, span) + span] per type (a job may take GPUs
+    # that a later job frees); the answer's change is at most the idle GPUs
+    shape = np.minimum(idle, span) + 2 * span + 1
     kinds, kind = np.unique(D, axis=0, return_inverse=True)
     kind = kind.ravel()
     order = np.lexsort((-du, kind))  # per kind, best value first
@@ -854,16 +856,18 @@ def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
     keep = keep[np.argsort(job[keep], kind="stable")]
     if len(keep) == 0:
         return choice
-    moves = _exchange_dp(job[keep], kinds, kind[keep], du[keep], tuple(int(x) for x in shape), span)
+    moves = _exchange_dp(job[keep], kinds, kind[keep], du[keep], tuple(int(x) for x in shape), span,
+                         np.minimum(idle, span) + span)
     out = choice.copy()
     for i in moves:
         out[job[keep][i]] = -1 if target[keep][i] == -2 else target[keep][i]
     return out
 
 
-def _exchange_dp(job, kinds, kind, du, shape, span) -> list[int]:
+def _exchange_dp(job, kinds, kind, du, shape, span, last) -> list[int]:
     """The moves (indices, ≤ one per job; ``job`` sorted) of the largest total value change
-    whose GPU change vectors sum to a state of the box (origin at ``span`` in every dimension)."""
+    whose GPU change vectors sum to a state at most ``last`` (per dimension; the origin is at
+    ``span`` in every dimension), every partial sum within the box ``shape``."""
     k = len(shape)
     cut = {}
     for q in np.unique(kind):  # source and destination slices of each change vector
@@ -889,7 +893,8 @@ def _exchange_dp(job, kinds, kind, du, shape, span) -> list[int]:
             arg[dst][better] = i + 1
         dp = new
         back.append(arg)
-    s = np.array(np.unravel_index(int(np.argmax(dp)), shape))
+    ends = dp[tuple(slice(0, int(x) + 1) for x in last)]
+    s = np.array(np.unravel_index(int(np.argmax(ends)), ends.shape))
     if not dp[tuple(s)] > 1e-12:
         return []
     chosen = []

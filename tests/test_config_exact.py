@@ -127,3 +127,56 @@ def test_goodput_rows_up_to_each_jobs_limit_equal_the_full_search():
     known = np.isfinite(P).all(axis=2) & (inst.throughput[:, cfg.gpu_type] > 0)
     within = (cfg.gpus[None, :] <= caps[:, None]) & known & (g > 0)
     assert (use == within).all()
+
+
+def _neighbourhood_best(choice, U, cfg, capacity, job, D, du, target):
+    """Brute force: every job keeps its configuration or makes one of its moves."""
+    import itertools
+
+    options = {int(m): [None] + list(np.flatnonzero(job == m)) for m in np.unique(job)}
+    used = np.bincount(cfg.gpu_type[choice[choice >= 0]], weights=cfg.gpus[choice[choice >= 0]],
+                       minlength=len(capacity))
+    best = 0.0
+    for combo in itertools.product(*options.values()):
+        picked = [i for i in combo if i is not None]
+        if picked and (used + D[picked].sum(axis=0) <= capacity + 1e-9).all():
+            best = max(best, float(du[picked].sum()))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_joint_exchange_is_the_optimum_of_its_neighbourhood(seed, monkeypatch):
+    """With a box as large as the cluster and every move kept, the exchange DP over all
+    GPU types finds the best set of one-move-per-job changes (brute force over them);
+    with the default box and pruning its answer is feasible and never worse than its input."""
+    U, cfg, capacity = _problem(100 + seed, 6, 2 + seed % 2)
+    m, c = np.nonzero(C.undominated(U, cfg))
+    p = C.Pairs.of(m, c, U[m, c], cfg, U.shape[0], capacity)
+    pi, D, _, _ = C.lagrangian_prices(p)
+    rng = np.random.default_rng(seed)
+    start = np.full(U.shape[0], -1)  # a feasible start that leaves room to exchange: greedy on a random order
+    for job in rng.permutation(U.shape[0]):
+        opts = np.flatnonzero(U[job] > 0)
+        if len(opts):
+            start[job] = rng.choice(opts)
+            if not C._fits(start, cfg, capacity):
+                start[job] = -1
+    # the largest loss budget whose neighbourhood brute force can enumerate
+    losses = np.sort(np.unique(p.respond(pi)[4][p.m] - p.respond(pi)[3]))
+    budget = D - C._value(start, U)
+    for b in losses[::-1]:
+        job = C._joint_moves(start, p, pi, U, cfg, min(b, budget))[0]
+        if np.prod(np.bincount(job) + 1.0) <= 20_000:
+            budget = min(b, budget)
+            break
+    default = C._fill_joint(start, p, pi, D, U, cfg, budget)
+    assert C._fits(default, cfg, capacity) and C._value(default, U) >= C._value(start, U) - 1e-12
+    monkeypatch.setattr(C, "JOINT_SPAN", int(capacity.max()))
+    monkeypatch.setattr(C, "JOINT_PER_KIND", 10**6)
+    monkeypatch.setattr(C, "JOINT_STATES", 10**7)
+    got = C._fill_joint(start, p, pi, D, U, cfg, budget)
+    assert C._fits(got, cfg, capacity)
+    moves = C._joint_moves(start, p, pi, U, cfg, budget)
+    want = _neighbourhood_best(start, U, cfg, capacity, *moves)
+    assert len(moves[0]) > 0
+    assert C._value(got, U) - C._value(start, U) == pytest.approx(max(want, 0.0), abs=1e-9)
