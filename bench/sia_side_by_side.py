@@ -26,6 +26,9 @@ printed too).
     python bench/sia_side_by_side.py --sia /work/peers/sia/sia-simulator --gpus 2048 --jobs 1024 --count 20
     python bench/sia_side_by_side.py --sia ... --gpus 2048 --jobs 1024 --rounds 50    # a stream with 2 % churn
 
+``--alone``: ours only, no peer code (``--policy sia``, ``pollux`` or ``optimus``; cold rounds or
+``--rounds`` for a stream), the same p50 / p99 / max CPU seconds.
+
 ``--policy pollux``: Pollux's genetic algorithm as Sia's repository carries it
 (``pollux_unaware_fix.PolluxPolicyUnawareFix``, NSGA-II from pymoo 0.4: ``pip install
 --target /work/peers/pylib_pymoo pymoo==0.4.2.2``; its ``np.int``/``np.float`` are
@@ -169,7 +172,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sia", default="/work/peers/sia/sia-simulator")
     ap.add_argument("--pylib", default="/work/peers/pylib", help="where autograd is (pip install --target)")
-    ap.add_argument("--policy", choices=("sia", "pollux"), default="sia")
+    ap.add_argument("--policy", choices=("sia", "pollux", "optimus"), default="sia")
+    ap.add_argument("--alone", action="store_true", help="ours only (no peer code): p50/p99/max CPU s")
     ap.add_argument("--pymoo", default="/work/peers/pylib_pymoo", help="where pymoo 0.4 is (pip install --target)")
     ap.add_argument("--gpus", type=int, default=2048)
     ap.add_argument("--jobs", type=int, default=1024)
@@ -183,6 +187,8 @@ def main() -> None:
     from optsched.formulations import configurations as C
     from optsched.policy import solve_instance
 
+    if args.alone or args.policy == "optimus":
+        return alone_main(args)
     if args.policy == "pollux":
         return pollux_main(args)
     mods = load_sia(args.sia, args.pylib)
@@ -241,6 +247,37 @@ def main() -> None:
     print(f"  median ratio Sia/ours {ratio:.1f}x; Sia's objective, ours vs Sia's (minimized; < 0 = ours better): "
           f"worst {max(gaps):+.2e}, median {statistics.median(gaps):+.2e}; rounded-A worst {max(rgaps):+.2e}; "
           f"statuses {sorted(set(statuses))}")
+
+
+def alone_main(args) -> None:
+    """Ours alone on the same rounds: cold rounds (goodput cache cleared before each) or a
+    stream (cache kept, each round's running configurations our previous decision); the
+    first solve of the process (imports, HiGHS's first load) is outside the timers."""
+    from optsched.bench.profile_instances import Stream
+    from optsched.formulations import configurations as C
+    from optsched.policy import solve_instance
+
+    kind = "sia" if args.policy == "sia" else "pollux"  # optimus: Pollux-profile rounds
+    solve_instance(Stream(kind, 64, 32, 10_000).instance, args.policy)
+    C.GOODPUT_CACHE.clear()
+    total = args.rounds or args.count
+    stream = Stream(kind, args.gpus, args.jobs, args.seed, args.churn)
+    times, statuses = [], []
+    for r in range(total):
+        if not args.rounds:
+            stream = stream if r == 0 else Stream(kind, args.gpus, args.jobs, args.seed + r, args.churn)
+            C.GOODPUT_CACHE.clear()
+        t = time.process_time()
+        alloc = solve_instance(stream.instance, args.policy)
+        times.append(time.process_time() - t)
+        statuses.append(str(alloc.status))
+        print(f"round {r:3d}: ours {times[-1]:.3f} s  {alloc.status}", flush=True)
+        if args.rounds and r + 1 < total:
+            stream.advance(np.asarray(alloc.gpu_counts), np.asarray(alloc.nodes))
+    q = float(np.quantile(np.asarray(times), 0.99, method="higher"))
+    print(f"\n{args.policy} alone, {'stream of ' + str(total) + ' rounds' if args.rounds else str(total) + ' cold rounds'}, "
+          f"{args.gpus} GPUs / {args.jobs} jobs, load average {os.getloadavg()[0]:.1f}\n"
+          f"  ours  p50 {statistics.median(times):.3f}  p99 {q:.3f}  max {max(times):.3f} CPU s; statuses {sorted(set(statuses))}")
 
 
 # -- Pollux's genetic algorithm --------------------------------------------------------------

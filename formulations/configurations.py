@@ -352,7 +352,9 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     """The assignment MILP over undominated pairs only (exact, see ``undominated``): the
     Lagrangian dual over the k capacity rows (``lagrangian_prices``; its minimum is the LP
     bound), the jobs' best responses at its prices with the tied jobs decided by a small
-    MILP (``_tie_repair``), accepted when within ``rel_gap`` of the bound; else HiGHS's
+    MILP (``_class_milp``), the GPUs that leaves idle filled by an exchange over all types
+    (``_fill_joint``), accepted when within ``rel_gap`` of the bound; else exact reduced-cost
+    fixing (``LADDER``); else HiGHS's
     branch-and-cut over every pair with that gap, started from the best answer so far and
     ``start`` (a previous choice, (n,), -1 = none, used when it fits), capped at
     FULL_MILP_NODES nodes. Every cap counts work, so the answer is the same on an idle and a
