@@ -10,7 +10,9 @@ divergence named.
         > /work/peers/venv/lib/python3.11/site-packages/project_venv.pth
     /work/peers/venv/bin/pip install psutil
     OPENBLAS_NUM_THREADS=1 python bench/gavel_sim_side_by_side.py --gavel /work/peers/gavel \\
-        --python /work/peers/venv/bin/python --rates 2.0 --seeds 0 --jobs 300 --multi-gpu
+        --python /work/peers/venv/bin/python --rates 2.0 --seeds 0 --jobs 1500 --window 700 1200 --gavel-quirks
+    # Gavel's own experiment (window jobs 4000-4999; ~25-40 min of Gavel's simulator per policy):
+    python bench/gavel_sim_side_by_side.py --jobs 5600 --window 4000 5000 --policies aware --gavel-quirks
 
 Each trace is drawn by Gavel's own generator (``utils.generate_job`` with the streams its
 ``Scheduler`` seeds: jobs from ``random.Random(seed + 2)``, inter-arrival times from
@@ -26,6 +28,13 @@ the peer venv (this file with ``--worker``), so nothing of Gavel is imported her
 
 Policies: ``aware`` = Gavel ``max_min_fairness_perf`` / optsched ``max_min_fairness``;
 ``agnostic`` = Gavel ``max_min_fairness`` / optsched ``max_min_fairness_agnostic``.
+``--gavel-quirks`` runs optsched a second time with what Gavel's code does and optsched does
+not by default: ``simulate(gavel_zero_reset=True)``, Gavel's LAS program solved as Gavel
+solves it (``gavel_lp_fractions``: cvxpy + ECOS, its interior optimum, no fill of idle
+capacity) and Gavel's type-shuffle stream for the agnostic policy (``gavel_type_shuffle``);
+the last two patch optsched for the run only (bench emulations, not optsched options).
+Both sides' results are cached in ``--work`` (keyed by trace, window and options).
+
 Output: per trace the average JCT on each side (all jobs, and ``--window`` jobs if given),
 the per-job JCT ratio's spread, the first round whose (job → GPU type, GPUs) differs, and
 the first job (in arrival order) whose JCT differs by more than 1 %; ``--out DIR`` writes
