@@ -848,6 +848,8 @@ def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
     # states: the change so far, in [−span, min(idle, span) + span] per type (a job may take GPUs
     # that a later job frees); the answer's change is at most the idle GPUs
     shape = np.minimum(idle, span) + 2 * span + 1
+    if np.prod(shape.astype(float)) > JOINT_STATES:  # many GPU types: left to the per-type fill and the MILPs
+        return choice
     kinds, kind = np.unique(D, axis=0, return_inverse=True)
     kind = kind.ravel()
     order = np.lexsort((-du, kind))  # per kind, best value first
