@@ -158,9 +158,9 @@ def gavel_type_shuffle(seed: int):
     returns the undo."""
     import random
 
-    from optsched.allocator import walk
+    from optsched.allocator.walk import WalkOptions
 
-    rng, original = random.Random(seed + 5), walk.WalkOptions.type_walk
+    rng, original = random.Random(seed + 5), WalkOptions.type_walk
 
     def type_walk(self, digest):
         if not self.shuffle:
@@ -171,8 +171,8 @@ def gavel_type_shuffle(seed: int):
         pos[order] = np.arange(len(order))
         return order, pos
 
-    walk.WalkOptions.type_walk = type_walk
-    return lambda: setattr(walk.WalkOptions, "type_walk", original)
+    WalkOptions.type_walk = type_walk
+    return lambda: setattr(WalkOptions, "type_walk", original)
 
 
 def gavel_lp_fractions(inst, agnostic: bool) -> np.ndarray:
