@@ -68,7 +68,7 @@ _hypothesis_settings.load_profile(os.environ.get("OPTSCHED_HYPOTHESIS_PROFILE", 
 # `make test` runs the suite on several workers with `--dist loadgroup`: each test goes to the
 # next free worker, except the tests of one group, which run on one worker in file order. A file
 # is one group when its tests share more than a test: a module-scoped server, Slurm cluster (each
-# file starts its own, on its own fixed port and folder) or expensive result; state one test leaves
+# file starts its own, in a private folder on free ports: tests/_slurm_private.py) or expensive result; state one test leaves
 # for the next; a page whose blocks run in order in one scratch folder (the README, each docs page).
 # Ray's tests are one group: one local Ray instance at a time. Any other test may run beside any
 # other, so none may depend on how busy the machine is (the real-time tests pace their jobs by
