@@ -254,6 +254,18 @@ def test_a_slow_listener_loses_its_oldest_views_and_never_blocks():
 # ---------------------------------------------------------------- optsched run / slurm --dashboard
 
 
+def _wait_until_served(url: str, p, log: Path) -> None:
+    """Until the dashboard of process ``p`` answers ``{url}/view``; its log if it died first."""
+    for _ in range(6000):  # 0.1 s apart: a bound only a failed start reaches, however busy the machine
+        try:
+            if httpx.get(f"{url}/view", params={"token": TOKEN}).status_code == 200:
+                return
+        except httpx.HTTPError:
+            assert p.poll() is None, log.read_text()
+        threading.Event().wait(0.1)
+    pytest.fail(f"{url} never answered")
+
+
 def _sse(url: str, token: str, out: "queue.Queue", stop: threading.Event) -> None:
     """Every (event, data) of a dashboard's stream into ``out``, until it ends."""
     event = "message"
@@ -361,13 +373,7 @@ def test_optsched_run_dashboard_streams_until_the_run_ends(tmp_path):
     url = f"http://127.0.0.1:{port}/dashboard/run"
     got: queue.Queue = queue.Queue()
     try:
-        for _ in range(600):  # the server answers before the first round (a bound only a failed start reaches)
-            try:
-                if httpx.get(f"{url}/view", params={"token": TOKEN}).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert p.poll() is None, (tmp_path / "run.log").read_text()
-            threading.Event().wait(0.1)
+        _wait_until_served(url, p, tmp_path / "run.log")  # the server answers before the first round
         page = httpx.get(url, params={"token": TOKEN})
         assert page.status_code == 200 and "/dashboard/static/dashboard.js" in page.text
         threading.Thread(target=_sse, args=(f"{url}/events", TOKEN, got, threading.Event()), daemon=True).start()
@@ -563,13 +569,7 @@ def test_optsched_slurm_dashboard_follows_the_agent_on_a_real_slurm(tmp_path):
                              stdout=open(tmp_path / "agent.log", "wb"), stderr=subprocess.STDOUT,
                              env={**os.environ, **c.env, "OPTSCHED_TOKEN": TOKEN})
         url = f"http://127.0.0.1:{port}/dashboard/slurm"
-        for _ in range(600):  # (a bound only a failed start reaches)
-            try:
-                if httpx.get(f"{url}/view", params={"token": TOKEN}).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert p.poll() is None, (tmp_path / "agent.log").read_text()
-            threading.Event().wait(0.1)
+        _wait_until_served(url, p, tmp_path / "agent.log")
         threading.Thread(target=_sse, args=(f"{url}/events", TOKEN, got, threading.Event()), daemon=True).start()
         views = []
         while len({v["round"] for v in views if v.get("last_round")}) < 3:
