@@ -29,6 +29,14 @@ printed too).
 ``--alone``: ours only, no peer code (``--policy sia``, ``pollux`` or ``optimus``; cold rounds or
 ``--rounds`` for a stream), the same p50 / p99 / max CPU seconds.
 
+``--types K`` (with ``--alone``; 3 … 10): rounds on a cluster of K GPU types instead of Sia's three
+(``ManyTypeStream``): Sia's six measured types (aws, azure, dgx, dgx-ext, quad, rtx; fits of
+``placements-<type>.csv``/``scalability-<type>.csv``, GPUs per node and the shares of Sia's
+physical cluster from its ``simulator_config.py``), then up to four types extrapolated from a
+measured one: its compute terms (α_c, β_c: the time of a micro-batch) scaled by a speed factor,
+its network terms and overlap γ kept (another GPU generation in the same kind of node). Every
+policy (sia, pollux, optimus) runs on the same Sia-profile jobs there.
+
 ``--policy pollux``: Pollux's genetic algorithm as Sia's repository carries it
 (``pollux_unaware_fix.PolluxPolicyUnawareFix``, NSGA-II from pymoo 0.4: ``pip install
 --target /work/peers/pylib_pymoo pymoo==0.4.2.2``; its ``np.int``/``np.float`` are
@@ -49,6 +57,67 @@ import sys
 import time
 
 import numpy as np
+
+
+# Sia's six measured GPU types: (name, GPUs per node, GPUs in Sia's physical cluster)
+MEASURED_TYPES = (("aws", 4, 64), ("azure", 8, 40), ("dgx", 8, 16), ("dgx-ext", 8, 16), ("quad", 4, 4), ("rtx", 8, 24))
+# Extrapolated types: (name, measured type, factor on its compute terms α_c and β_c, GPUs per node, share)
+DERIVED_TYPES = (("h100", "dgx-ext", 0.5, 8, 16), ("l4", "aws", 0.7, 4, 32), ("a10", "rtx", 0.8, 4, 24),
+                 ("p100", "azure", 1.5, 4, 16))
+_MEASURED_APPS: dict = {}
+
+
+def many_type_apps(types: tuple[str, ...], server: dict) -> list:
+    """Sia's five applications with a model for every type of ``types`` (see the module docstring)."""
+    import dataclasses
+
+    from optsched.bench.profile_instances import SIA_APPS, _apps, sia_cluster
+    from optsched.goodput.profiles import sia_applications
+
+    if not _MEASURED_APPS:  # fitted once per process (~17 CPU s for the six types)
+        _MEASURED_APPS.update(sia_applications(gpu_types=tuple(t for t, _, _ in MEASURED_TYPES)))
+    t3, cap3, _ = sia_cluster(64)
+    out = []
+    for base, name in zip(_apps("sia", t3, cap3), SIA_APPS):
+        measured = _MEASURED_APPS[name]
+        params, profiles = {}, {}
+        for t in types:
+            if t in measured.params:
+                params[t], profiles[t] = measured.params[t], measured.profiles.get(t)
+            else:
+                _, src, factor, _, _ = next(d for d in DERIVED_TYPES if d[0] == t)
+                params[t] = np.array(measured.params[src], float)
+                params[t][:2] *= factor
+        profiles = {t: v for t, v in profiles.items() if v is not None}
+        out.append(dataclasses.replace(base, params=params, profiles=profiles, server_gpus=dict(server)))
+    return out
+
+
+def many_type_stream_class():
+    from optsched.bench.profile_instances import MAX_AGE, Stream
+
+    class ManyTypeStream(Stream):
+        """Sia-profile rounds on ``n_types`` GPU types (3 … 10), shares as in Sia's cluster."""
+
+        def __init__(self, n_types: int, n_gpus: int, n_jobs: int, seed: int = 0, churn: float = 0.02):
+            spec = [(t, node, share) for t, node, share in MEASURED_TYPES]
+            spec += [(t, node, share) for t, _, _, node, share in DERIVED_TYPES]
+            spec = sorted(spec[:n_types])
+            total = sum(s for _, _, s in spec)
+            self.types = tuple(t for t, _, _ in spec)
+            self.server = np.array([node for _, node, _ in spec], int)
+            self.capacity = np.array([max(node, int(round(n_gpus * s / total / node)) * node) for _, node, s in spec],
+                                     float)
+            self.kind, self.churn = "sia", churn
+            self.apps = many_type_apps(self.types, dict(zip(self.types, self.server.tolist())))
+            self.rng = np.random.default_rng(seed)
+            self.next_id = 0
+            self.time = 0.0
+            self.jobs = [self._new_job(self.rng.uniform(0, MAX_AGE)) for _ in range(n_jobs)]
+            self._place_some()
+            self.instance = self._instance()
+
+    return ManyTypeStream
 
 
 def load_sia(folder: str, extra_path: str | None):
@@ -181,13 +250,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=0, help="a stream of this many rounds instead")
     ap.add_argument("--churn", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--types", type=int, default=0, help="with --alone: a cluster of this many GPU types (3-10)")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from optsched.bench.profile_instances import Stream
     from optsched.formulations import configurations as C
     from optsched.policy import solve_instance
 
-    if args.alone or args.policy == "optimus":
+    if args.alone or args.policy == "optimus" or args.types:
         return alone_main(args)
     if args.policy == "pollux":
         return pollux_main(args)
@@ -258,6 +328,9 @@ def alone_main(args) -> None:
     from optsched.policy import solve_instance
 
     kind = "sia" if args.policy == "sia" else "pollux"  # optimus: Pollux-profile rounds
+    if args.types:  # every policy on Sia-profile jobs over that many GPU types
+        many = many_type_stream_class()
+        Stream = lambda kind, *a: many(args.types, *a)  # noqa: E731
     solve_instance(Stream(kind, 64, 32, 10_000).instance, args.policy)
     C.GOODPUT_CACHE.clear()
     total = args.rounds or args.count
@@ -276,7 +349,8 @@ def alone_main(args) -> None:
             stream.advance(np.asarray(alloc.gpu_counts), np.asarray(alloc.nodes))
     q = float(np.quantile(np.asarray(times), 0.99, method="higher"))
     print(f"\n{args.policy} alone, {'stream of ' + str(total) + ' rounds' if args.rounds else str(total) + ' cold rounds'}, "
-          f"{args.gpus} GPUs / {args.jobs} jobs, load average {os.getloadavg()[0]:.1f}\n"
+          f"{args.gpus} GPUs / {args.jobs} jobs{f', {args.types} GPU types' if args.types else ''}, "
+          f"load average {os.getloadavg()[0]:.1f}\n"
           f"  ours  p50 {statistics.median(times):.3f}  p99 {q:.3f}  max {max(times):.3f} CPU s; statuses {sorted(set(statuses))}")
 
 

@@ -147,16 +147,11 @@ class GoodputCache:
         t = np.array([v[0] for v in todo.values()])
         lim = np.array([max(float(limit[v].max()), self._rows[key][0] if key in self._rows else 0.0)
                         for key, v in todo.items()])
-        g, b, s = np.zeros((len(t), C)), np.zeros((len(t), C), dtype=int), np.zeros((len(t), C), dtype=int)
-        for q in np.unique(lim):  # the rows of one limit together, their configurations only
-            r = np.flatnonzero(lim == q)
-            cols = np.flatnonzero(cfg.gpus <= q)
-            if len(cols) == 0:
-                continue
-            gg, bb, ss = model.take(t[r]).optimize(np.broadcast_to(cfg.nodes[cols], (len(r), len(cols))),
-                                                   np.broadcast_to(cfg.gpus[cols], (len(r), len(cols))),
-                                                   params=P[t[r]][:, cols])
-            g[np.ix_(r, cols)], b[np.ix_(r, cols)], s[np.ix_(r, cols)] = gg, bb, ss
+        # one search for every row, each over its own configurations: rows of one application
+        # share the throughput half of the search whatever their limits (GoodputModel.optimize)
+        cols = cfg.gpus[None, :] <= lim[:, None]
+        g, b, s = model.take(t).optimize(np.broadcast_to(cfg.nodes, (len(t), C)), np.broadcast_to(cfg.gpus, (len(t), C)),
+                                         params=P[t], columns=cols)
         return [(float(lim[i]), g[i], b[i], s[i]) for i in range(len(t))]
 
 

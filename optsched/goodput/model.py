@@ -150,66 +150,132 @@ class GoodputModel:
 
     # -- batch-size choice ----------------------------------------------------------
 
-    def optimize(self, nodes, replicas, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def optimize(self, nodes, replicas, params: np.ndarray | None = None,
+                 columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Best goodput per configuration with the batch size chosen for it.
 
-        nodes, replicas: (n, C) (or broadcastable). Returns (goodput, atomic_bsz,
-        accum_steps), each (n, C); goodput is 0 where the job's batch-size limits
-        exclude the configuration (b_min·r > M_max, or a micro-batch above b_max
-        without accumulation) or where replicas < 1.
+        nodes, replicas: (n, C) (or broadcastable); params: (n, C, 7) per configuration
+        (default each job's own); columns: (n, C) bool, the configurations to search for
+        each job (default all; the others are returned as 0). Returns (goodput, atomic_bsz,
+        accum_steps), each (n, C); goodput is 0 where the job's batch-size limits exclude
+        the configuration (b_min·r > M_max, or a micro-batch above b_max without
+        accumulation) or where replicas < 1.
+
+        The search's candidates and their throughput depend on the job only through its
+        parameters and batch limits, never on its gradient statistics (the epoch): jobs of
+        one application on one configuration ("units") share that half, searched once; only
+        the efficiency, the choice among candidates and the refinement windows it picks are
+        per job (the windows, too, once per unit and window). Every number is the same
+        elementwise arithmetic as a search per job (tests/test_goodput_shared.py compares
+        them bit for bit).
         """
         n = self.n
-        nodes = np.broadcast_to(np.asarray(nodes, dtype=float), np.broadcast_shapes(np.shape(nodes), np.shape(replicas)))
-        replicas = np.broadcast_to(np.asarray(replicas, dtype=float), nodes.shape)
+        shape = np.broadcast_shapes(np.shape(nodes), np.shape(replicas))
+        nodes = np.broadcast_to(np.asarray(nodes, dtype=float), shape)
+        replicas = np.broadcast_to(np.asarray(replicas, dtype=float), shape)
         if nodes.ndim == 1:
             nodes, replicas = np.broadcast_to(nodes, (n, nodes.shape[0])), np.broadcast_to(replicas, (n, replicas.shape[0]))
         C = nodes.shape[1]
-        col = lambda a: np.asarray(a, dtype=float)[:, None]  # noqa: E731
-        r = np.maximum(replicas, 1.0)
-        lo = np.maximum(col(self.init_batch_size), col(self.min_local_bsz) * r)  # (n, C)
-        hi = np.broadcast_to(col(self.max_batch_size), (n, C))
-        feasible = (replicas >= 1) & (lo <= hi * (1 + 1e-9))
-        hi = np.maximum(hi, lo)
-        bmax = col(self.max_local_bsz)[..., None]
-        n3, r3 = nodes[..., None], r[..., None]
-        P = self.params[:, None, None, :] if params is None else np.asarray(params, dtype=float)[:, :, None, :]
+        P = (np.broadcast_to(self.params[:, None, :], (n, C, 7)) if params is None
+             else np.broadcast_to(np.asarray(params, dtype=float), (n, C, 7)))
+        cols = np.ones((n, C), dtype=bool) if columns is None else np.broadcast_to(np.asarray(columns, dtype=bool), (n, C))
+        G, B, S = np.zeros((n, C)), np.zeros((n, C), dtype=int), np.zeros((n, C), dtype=int)
+        row, c = np.nonzero(cols)
+        if len(row) == 0:
+            return G, B, S
+        # units: (job inputs but the gradient statistics, configuration), grouped by their bits
+        limits = np.stack([self.init_batch_size, self.max_batch_size, self.min_local_bsz, self.max_local_bsz], axis=1)
+        key = np.ascontiguousarray(np.concatenate([P.reshape(n, -1), limits, nodes, replicas], axis=1)).view(np.int64)
+        _, first, group = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        unit_id, pair_unit = np.unique(group.ravel()[row] * C + c, return_inverse=True)
+        pair_unit = pair_unit.ravel()
+        shared = _Units(self, first[unit_id // C], unit_id % C, nodes, replicas, P)
+        sqr, var, m0 = (a[row][:, None] for a in (self.grad_sqr, self.grad_var, self.init_batch_size))
 
-        def evaluate(M: np.ndarray):
-            """Goodput, micro-batch and accumulation steps for global batches M (n, C, K)."""
-            local = M / r3
-            if self.accumulation:
-                s = np.ceil(local / bmax - _EPS) - 1
-                # One replica above M0: at least one accumulation step (the gradient
-                # statistics need two micro-batches), as in Pollux's optimize.
-                single = (r3 == 1) & (local > col(self.init_batch_size)[..., None] + _EPS)
-                s = np.maximum(np.where(single, np.maximum(s, 1), s), 0)
-            else:
-                s = np.zeros_like(local)
-            b = np.ceil(local / (s + 1) - _EPS)
-            batch = r3 * b * (s + 1)
-            E = efficiency(self.grad_sqr[:, None, None], self.grad_var[:, None, None], self.init_batch_size[:, None, None], batch)
-            g = batch / iteration_time(P, n3, r3, b, s) * E
-            ok = (b >= col(self.min_local_bsz)[..., None]) & (b <= bmax) & feasible[..., None]
-            return np.where(ok & np.isfinite(g), g, 0.0), b, s
+        def goodput(part, units):  # per job: efficiency × the unit's throughput, (pairs, candidates)
+            thr, batch, ok = (x[units].reshape(len(row), -1) for x in part[:3])
+            g = thr * efficiency(sqr, var, m0, batch)
+            return np.where(ok & np.isfinite(g), g, 0.0)
 
         # Pollux's 50 geometric candidates in [lo, hi], then 20 more between the
         # neighbours of each of the 3 best: goodput is a sawtooth in M (the
         # accumulation steps jump), and the coarse grid's 10 % steps can miss the
         # top of a tooth, or the tooth itself, by a few % of goodput.
-        u = np.linspace(0.0, 1.0, N_BATCH_CANDIDATES)
-        log_lo, log_hi = np.log(lo)[..., None], np.log(hi)[..., None]
-        M = np.exp(log_lo + (log_hi - log_lo) * u)  # (n, C, 50)
-        g, b, s = evaluate(M)
-        top = np.argsort(-g, axis=-1, kind="stable")[..., :3]
-        v = np.linspace(0.0, 1.0, 20)
-        near_lo = np.log(np.take_along_axis(M, np.maximum(top - 1, 0), axis=-1))[..., None]
-        near_hi = np.log(np.take_along_axis(M, np.minimum(top + 1, N_BATCH_CANDIDATES - 1), axis=-1))[..., None]
-        M2 = np.exp(near_lo + (near_hi - near_lo) * v).reshape(*M.shape[:-1], -1)  # (n, C, 60)
+        g1 = goodput(shared.grid, pair_unit)
+        top = np.argsort(-g1, axis=-1, kind="stable")[:, :3]
+        windows, which = np.unique(pair_unit[:, None] * N_BATCH_CANDIDATES + top, return_inverse=True)
+        which = which.reshape(top.shape)
+        refine = shared.windows(windows)
+        g2 = goodput(refine, which)  # (pairs, 60): the 3 windows in the order of the 3 best
         # The right end of the first 16 teeth exactly: r·b_max·(s+1), where the
         # micro-batch is full (a window of < 0.5 % in M that the grids can miss).
-        ends = r3 * bmax * np.arange(1, 17)
-        M3 = np.clip(ends, lo[..., None], hi[..., None])
-        g, b, s = (np.concatenate(parts, axis=-1) for parts in zip((g, b, s), evaluate(M2), evaluate(M3)))
-        best = np.argmax(g, axis=-1)[..., None]
-        take = lambda a: np.take_along_axis(a, best, axis=-1)[..., 0]  # noqa: E731
-        return take(g), take(b).astype(int), take(s).astype(int)
+        g3 = goodput(shared.ends, pair_unit)
+        g = np.concatenate([g1, g2, g3], axis=1)
+        best = np.argmax(g, axis=1)
+        b, s = np.zeros(len(row)), np.zeros(len(row))
+        K1, K2 = g1.shape[1], g2.shape[1]
+        w = K2 // top.shape[1]
+        for lo, hi, part, units, at in (
+            (0, K1, shared.grid, pair_unit, best),
+            (K1, K1 + K2, refine, which[np.arange(len(row)), np.clip(best - K1, 0, K2 - 1) // w], (best - K1) % w),
+            (K1 + K2, g.shape[1], shared.ends, pair_unit, best - K1 - K2),
+        ):
+            sel = (best >= lo) & (best < hi)
+            b[sel], s[sel] = part[3][units[sel], at[sel]], part[4][units[sel], at[sel]]
+        G[row, c] = g[np.arange(len(row)), best]
+        B[row, c], S[row, c] = b.astype(int), s.astype(int)
+        return G, B, S
+
+
+class _Units:
+    """The job-independent half of the batch-size search for each unit (a job's parameters and
+    batch limits on one configuration): candidates, micro-batches, accumulation steps and
+    throughput; ``grid`` (the 50 geometric candidates), ``ends`` (the 16 tooth ends) and, on
+    demand, ``windows`` (the 20 candidates between a grid point's neighbours)."""
+
+    def __init__(self, model: GoodputModel, rows, cols, nodes, replicas, P):
+        self.model = model
+        col = lambda a: np.asarray(a, dtype=float)[rows][:, None]  # noqa: E731
+        raw = replicas[rows, cols][:, None]
+        self.r = np.maximum(raw, 1.0)
+        self.nodes = nodes[rows, cols][:, None]
+        self.P = np.ascontiguousarray(P[rows, cols])[:, None, :]
+        self.m0, self.bmin, self.bmax = col(model.init_batch_size), col(model.min_local_bsz), col(model.max_local_bsz)
+        lo = np.maximum(self.m0, self.bmin * self.r)
+        hi = col(model.max_batch_size)
+        self.feasible = (raw >= 1) & (lo <= hi * (1 + 1e-9))
+        hi = np.maximum(hi, lo)
+        u = np.linspace(0.0, 1.0, N_BATCH_CANDIDATES)
+        log_lo, log_hi = np.log(lo), np.log(hi)
+        self.M = np.exp(log_lo + (log_hi - log_lo) * u)  # (U, 50)
+        self.grid = self.evaluate(self.M)
+        ends = self.r * self.bmax * np.arange(1, 17)
+        self.ends = self.evaluate(np.clip(ends, lo, hi))
+
+    def evaluate(self, M: np.ndarray, units=None):
+        """(throughput, global batch, usable, micro-batch, accumulation steps) at batches M."""
+        at = slice(None) if units is None else units
+        r3, bmax, m0 = self.r[at], self.bmax[at], self.m0[at]
+        local = M / r3
+        if self.model.accumulation:
+            s = np.ceil(local / bmax - _EPS) - 1
+            # One replica above M0: at least one accumulation step (the gradient
+            # statistics need two micro-batches), as in Pollux's optimize.
+            single = (r3 == 1) & (local > m0 + _EPS)
+            s = np.maximum(np.where(single, np.maximum(s, 1), s), 0)
+        else:
+            s = np.zeros_like(local)
+        b = np.ceil(local / (s + 1) - _EPS)
+        batch = r3 * b * (s + 1)
+        thr = batch / iteration_time(self.P[at], self.nodes[at], r3, b, s)
+        ok = (b >= self.bmin[at]) & (b <= bmax) & self.feasible[at]
+        return thr, batch, ok, b, s
+
+    def windows(self, ids: np.ndarray):
+        """The refinement candidates of windows ``ids`` = unit · 50 + grid index (between the
+        index's neighbours on the grid), evaluated: each (len(ids), 20)."""
+        unit, i = ids // N_BATCH_CANDIDATES, ids % N_BATCH_CANDIDATES
+        v = np.linspace(0.0, 1.0, 20)
+        near_lo = np.log(self.M[unit, np.maximum(i - 1, 0)])[:, None]
+        near_hi = np.log(self.M[unit, np.minimum(i + 1, N_BATCH_CANDIDATES - 1)])[:, None]
+        return self.evaluate(np.exp(near_lo + (near_hi - near_lo) * v), unit)
