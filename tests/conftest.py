@@ -18,6 +18,12 @@ from optsched.model import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# httpx's default timeout (5 s per request) made a test's request to a local server fail on a busy machine;
+# in the tests a timeout only guards against a hang, so every request without its own gets 600 s.
+import httpx  # noqa: E402
+
+httpx.Timeout.__init__(httpx._config.DEFAULT_TIMEOUT_CONFIG, 600.0)  # (the default object httpx's functions share)
+
 
 def peer_data_dir() -> Path:
     return Path(os.environ.get("OPTSCHED_PEER_DATA", ROOT.parent / "shared" / "data"))

@@ -30,7 +30,7 @@ def run_blocked(blocked, code: str, cwd: Path) -> subprocess.CompletedProcess:
     """``code`` in a new interpreter where the ``blocked`` modules cannot be imported."""
     pre = f"import sys\nfor _m in {sorted(blocked)!r}:\n    sys.modules[_m] = None\n"
     return subprocess.run([sys.executable, "-c", pre + textwrap.dedent(code)], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)  # (only a hang reaches it; a busy machine is slow)
 
 
 def cli_blocked(blocked, args: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -173,7 +173,8 @@ def test_server_logs_start_at_info_with_request_ids_and_client_address(tmp_path)
     with ServerProcess(tmp_path / "s.db") as srv:
         r = httpx.get(f"{srv.url}/v1/sessions/nobody", headers={"X-Request-ID": "req-777"})
         assert r.status_code == 404 and r.headers["x-request-id"] == "req-777"
-        for _ in range(50):  # the record is written after the answer is sent: wait for it
+        deadline = time.monotonic() + 600  # (a bound only a hang reaches; 5 s could run out on a busy machine)
+        while time.monotonic() < deadline:  # the record is written after the answer is sent: wait for it
             log = srv.log()
             if "/v1/sessions/nobody" in log:
                 break
