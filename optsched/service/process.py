@@ -21,10 +21,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class ServerProcess:
-    """`optsched serve --port <free port> --db <db>` in a child process."""
+    """`optsched serve --port <free port> --db <db>` in a child process. ``startup_timeout`` only guards
+    against a server that never answers (a start takes seconds, far more on a busy machine)."""
 
     def __init__(self, db: str | Path, port: int | None = None, token: str | None = None, args: list[str] = (),
-                 log: str | Path | None = None, startup_timeout: float = 60.0):
+                 log: str | Path | None = None, startup_timeout: float = 600.0):
         self.db, self.port, self.token = str(db), port or free_port(), token
         self.args, self.startup_timeout = list(args), startup_timeout
         self.log_path = Path(log) if log else Path(f"{self.db}.serve.log")
