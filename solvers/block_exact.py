@@ -413,6 +413,7 @@ def _settled_master(d: _Data, single, explicit, cand, slack: float, deadline: fl
 
 
 MASTER_PIVOTS = 20  # per master row: the pivot limit of one master solve (a work limit, not a clock)
+MASTER_NO_PRESOLVE = 100  # explicit jobs up to which a master skips HiGHS's presolve
 
 
 def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray,
@@ -446,8 +447,12 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
     # explicit share row and capacity row), where HiGHS's dual simplex took 2-3× the pivots.
     # A master of thousands of jobs can run for a minute: a pivot limit (deterministic, whatever
     # the machine's load) gives up on it; the caller's deadline (the user's time limit) bounds it too.
-    sol = solve_lp(c, A_ub, b_ub, lb=0.0, ub=np.inf, backend="highs-simplex",
-                   highs_options={"simplex_strategy": 4, "simplex_iteration_limit": MASTER_PIVOTS * (k + 2 * e + 1)},
+    # A master of a few jobs (the level search's: 2-10) is solved faster than HiGHS presolves it
+    # (0.79 → 0.60 ms at 2 explicit jobs).
+    options = {"simplex_strategy": 4, "simplex_iteration_limit": MASTER_PIVOTS * (k + 2 * e + 1)}
+    if e <= MASTER_NO_PRESOLVE:
+        options["presolve"] = "off"
+    sol = solve_lp(c, A_ub, b_ub, lb=0.0, ub=np.inf, backend="highs-simplex", highs_options=options,
                    time_limit=max(deadline - time.perf_counter(), 1e-3))
     if not sol.ok or sol.x[-1] <= 1e-12:
         return None  # z at its bound 0: the folded rows may not be linear there
@@ -478,12 +483,20 @@ LEVEL_GROUPS = 16  # cut groups (measured at 1k-10k × 3-5: 8-32 alike, 64 slowe
 LEVEL_JOBS_PER_GROUP = 1000  # more groups for more jobs (100k × 5: 16 groups left a 3e-6 gap after 60 rounds)
 LEVEL_MAX_GROUPS = 128
 LEVEL_ROUNDS = 60  # cutting-plane rounds per level (measured: 7-31 to a 1e-9 gap)
-LEVEL_ADJUST = 8  # first round: this many price adjustments q ← q (load_j / q·load)^STEP, each a cut
-LEVEL_ADJUST_STEP = 0.5  # (measured 1k-10k × 3-5: master rounds 15 → 10; step 1 oscillates, 12 steps gain nothing)
-# Each adjustment moves a price by at most this factor: from equal prices every job of Gavel's
-# table picks the v100, the unclipped step priced the other types at ~0 and its cuts were
-# worthless (lower bounds 0.79 → 0.03 → 0); clipped, 8.6 → 7.2 master rounds at 1,024 × 3.
-LEVEL_ADJUST_CLIP = 2.0
+# First round: a multiplicative price adjustment q ← q (load_j / q·load)^η from the best prices so
+# far, each point a cut, η adapted to the answer (× LEVEL_ADJUST_GROW when a point raises the lower
+# bound, × LEVEL_ADJUST_SHRINK when not), each factor within ×/÷ LEVEL_ADJUST_CLIP. A pricing pass
+# costs a fifth of a master round. A fixed η (0.5, clip 2) oscillated on Gavel's rows, whose jobs
+# come in clusters (prices 20 % off → 40 % off after 8 steps): master rounds per level, fixed → adaptive,
+# at Gavel-noisy 1,024 × 3 6.6 → 2.1, 2,048 × 3 8.3 → 2.1, 1,024 × 5 12.8 → 4.4, 10,000 × 5 23 → 7.4;
+# random rows 1,024 × 3 3.1 → 2.3, 10,000 × 5 7.7 → 2.3; Gavel's rows at 0.5 GPUs per job, where time
+# rows bind, 1,000 × 3 13.4 → 6.7 (every level's search summed). Keeping only the best few points'
+# cuts took more rounds: the cuts away from the optimum shape the master too.
+LEVEL_ADJUST = 12
+LEVEL_ADJUST_STEP = 0.5
+LEVEL_ADJUST_GROW = 1.5
+LEVEL_ADJUST_SHRINK = 0.3
+LEVEL_ADJUST_CLIP = 1.5
 LEVEL_STEPS = 6  # Newton steps on the level
 LEVEL_TOL = 1e-9  # relative gap of u(z) and of u(z) = 1
 # Newton on the level stops once u(z) is within this of 1: the crossover's master has the level
@@ -574,21 +587,13 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
     q = np.maximum(q0, 0.0) / max(float(np.maximum(q0, 0.0).sum()), 1e-300)
     master = _CutMaster(k, groups)
     best_lb, best_q, best = -np.inf, q, None
-    queries, unit = [q], None
+    points, unit = _adjusted(pricing, q), None
     for r in range(LEVEL_ROUNDS):
         cuts = []
-        for q in queries:
-            lb, cut, chosen = pricing.at(q)
+        for lb, cut, chosen, q in points:
             if lb > best_lb:
                 best_lb, best_q, best = lb, q, chosen
             cuts.append(cut)
-            if r == 0 and len(cuts) <= LEVEL_ADJUST:  # prices moved towards balanced loads: cheap first cuts
-                load = cut.sum(axis=0)
-                step = (load / max(float(q @ load), 1e-300)) ** LEVEL_ADJUST_STEP
-                nxt = q * np.clip(step, 1.0 / LEVEL_ADJUST_CLIP, LEVEL_ADJUST_CLIP)
-                nxt = np.maximum(nxt / max(float(nxt.sum()), 1e-300), 1e-6 / k)  # (a type nobody uses keeps a price)
-                if np.all(np.isfinite(nxt)):
-                    queries.append(nxt / nxt.sum())
         if unit is None:  # the master's values near `groups` (HiGHS's tolerances are absolute)
             unit = groups / max(best_lb, 1e-300)
         master.add(np.concatenate(cuts) * unit)
@@ -602,12 +607,37 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
         # In-out: the master's point and two points towards the best prices so far
         # (cuts there do not swing as far; 1.5-2× fewer rounds, and a round's
         # HiGHS solve costs more than the three evaluations).
-        queries = [q] + [w * q + (1 - w) * best_q for w in _INOUT]
+        points = [(*pricing.at(x), x) for x in [q] + [w * q + (1 - w) * best_q for w in _INOUT]]
     # du/dz at the best prices: Σ_m g_m × each job's marginal cost of demand (per unit of u).
     marginal = pricing.marginal(best_q, *best) / dn  # per unit of demand (c is per unit of a-share)
     j1, slow, _ = best
     reach = np.inf if len(slow) else float(pricing.inv[np.arange(len(j1)), j1].max())  # the longest time used
     return best_lb, best_q, float((g[need] * marginal).sum()), reach
+
+
+def _adjusted(pricing: "_Pricing", q: np.ndarray) -> list:
+    """The first round's points (lower bound, cut, assignment, prices): ``q`` and LEVEL_ADJUST
+    price adjustments towards balanced loads, each from the best point so far, with a step
+    that grows after a better point and shrinks after a worse one."""
+    k = len(q)
+    lb, cut, chosen = pricing.at(q)
+    points = [(lb, cut, chosen, q)]
+    best, eta = points[0], LEVEL_ADJUST_STEP
+    for _ in range(LEVEL_ADJUST):
+        load, base = best[1].sum(axis=0), best[3]
+        step = (load / max(float(base @ load), 1e-300)) ** eta
+        nxt = base * np.clip(step, 1.0 / LEVEL_ADJUST_CLIP, LEVEL_ADJUST_CLIP)
+        nxt = np.maximum(nxt / max(float(nxt.sum()), 1e-300), 1e-6 / k)  # (a type nobody uses keeps a price)
+        if not np.all(np.isfinite(nxt)):
+            break
+        nxt = nxt / nxt.sum()
+        lb, cut, chosen = pricing.at(nxt)
+        points.append((lb, cut, chosen, nxt))
+        if lb > best[0]:
+            best, eta = points[-1], eta * LEVEL_ADJUST_GROW
+        else:
+            eta *= LEVEL_ADJUST_SHRINK
+    return points
 
 
 def _start_prices(a: np.ndarray, W: np.ndarray) -> np.ndarray:
