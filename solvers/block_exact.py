@@ -433,6 +433,10 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
     em, ej = np.nonzero(cand[ex])  # em indexes ex
     nv = len(em) + 1  # the explicit columns, then z
     gm = ex[em]
+    if nv == k + e:
+        vertex = _square_master(d, G, L, ex, em, ej)
+        if vertex is not None:
+            return vertex
     # Bare CSC arrays (no scipy.sparse on this path): rows are the k capacities, the e
     # share rows, the e time rows; each X column has one entry in each, in row order,
     # and z's column has the k folded capacity terms and the explicit share rows' g.
@@ -460,6 +464,47 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
     Xe[em, ej] = np.maximum(sol.x[:-1], 0.0)
     duals = sol.dual_ub
     return _Master(float(sol.x[-1]), duals[:k], Xe, duals[k : k + e], duals[k + e :])
+
+
+def _square_master(d: _Data, G: np.ndarray, L: np.ndarray, ex: np.ndarray, em: np.ndarray,
+                   ej: np.ndarray) -> _Master | None:
+    """The master's optimal vertex without an LP solver when it has as many columns (the
+    explicit jobs' and z) as capacity and share rows, the usual case after the level search
+    (k − 1 jobs split between two types each): the vertex where every capacity and share row
+    binds and no time row does, solved as one square system, with its duals from the
+    transposed one; None unless it is feasible (X ≥ 0, time rows ≤ 1, z > 0) and its duals
+    are (capacity prices and share multipliers ≥ 0), which makes it optimal. Saves a
+    HiGHS call (~0.3-0.6 ms) per level search; the caller's pricing of every column is
+    still the certificate."""
+    k, e = len(G), len(ex)
+    gm = ex[em]
+    B = np.zeros((k + e, k + e))
+    cols = np.arange(len(em))
+    B[ej, cols] = d.S[gm]
+    B[k + em, cols] = -d.A[gm, ej]
+    B[:k, -1] = G
+    B[k:, -1] = d.g[ex]
+    rhs = np.concatenate([d.W - L, -d.l[ex]])
+    c = np.zeros(k + e)
+    c[-1] = 1.0
+    try:
+        x = np.linalg.solve(B, rhs)
+        y = np.linalg.solve(B.T, c)
+    except np.linalg.LinAlgError:
+        return None
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        return None
+    z, cols_x = float(x[-1]), x[:-1]
+    scale = np.abs(B) @ np.abs(x) + np.abs(rhs) + 1e-300
+    if (z <= 1e-12 or np.any(cols_x < -1e-12) or np.any(y < -1e-12 * np.abs(y).max())
+            or np.any(np.abs(B @ x - rhs) > 1e-12 * scale)):
+        return None
+    Xe = np.zeros((e, k))
+    Xe[em, ej] = np.maximum(cols_x, 0.0)
+    if np.any(Xe.sum(axis=1) > 1.0 + 1e-12):
+        return None
+    y = np.maximum(y, 0.0)
+    return _Master(z, y[:k], Xe, y[k:], np.zeros(e))
 
 
 # ---------------------------------------------------------------------------
@@ -604,10 +649,17 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
         ub /= unit
         if ub - best_lb <= LEVEL_TOL * abs(ub):
             break  # (else the best prices so far: the crossover's slacks may still settle them)
-        # In-out: the master's point and two points towards the best prices so far
+        # The master's point first: after the first round it is usually the optimum itself
+        # (Gavel-noisy 1,024 × 3: 7 of 8), and then no master needs to confirm it.
+        points = [(*pricing.at(q), q)]
+        if points[0][0] > best_lb:
+            best_lb, best_q, best = points[0][0], q, points[0][2]
+            if ub - best_lb <= LEVEL_TOL * abs(ub):
+                break
+        # In-out: the master's point and points towards the best prices so far
         # (cuts there do not swing as far; 1.5-2× fewer rounds, and a round's
-        # HiGHS solve costs more than the three evaluations).
-        points = [(*pricing.at(x), x) for x in [q] + [w * q + (1 - w) * best_q for w in _INOUT]]
+        # HiGHS solve costs more than the evaluations).
+        points += [(*pricing.at(x), x) for x in [w * q + (1 - w) * best_q for w in _INOUT]]
     # du/dz at the best prices: Σ_m g_m × each job's marginal cost of demand (per unit of u).
     marginal = pricing.marginal(best_q, *best) / dn  # per unit of demand (c is per unit of a-share)
     j1, slow, _ = best
