@@ -254,15 +254,38 @@ def _entries(st: Standing, pri, pairs: list[PairEntry], pair_pri, gavel: bool) -
     return _Queue(*q)
 
 
+# Values this close are one value: the LP's fractions carry solver noise of about 1e-9
+# (0.33333333309 and 0.33333333427 for two equal shares), and ranking by that noise
+# made a schedule turn on the 5th digit of a job's speed. Ties go to the next key.
+TIE_RTOL = 1e-7
+
+
+def tie_classes(v: np.ndarray, rtol: float = TIE_RTOL) -> np.ndarray:
+    """Each value's rank among the distinct values of ``v``, where neighbours (in
+    sorted order) within ``rtol`` (relative; absolute below 1) are one value.
+    Monotone in ``v``, so it replaces ``v`` as a sort key."""
+    v = np.asarray(v, dtype=float)
+    if len(v) < 2:
+        return np.zeros(len(v), dtype=np.int64)
+    order = np.argsort(v, kind="stable")
+    s = v[order]
+    with np.errstate(invalid="ignore"):
+        step = np.diff(s) > rtol * np.maximum(1.0, np.maximum(np.abs(s[1:]), np.abs(s[:-1])))
+    out = np.empty(len(v), dtype=np.int64)
+    out[order] = np.concatenate([[0], np.cumsum(step)])
+    return out
+
+
 def _order(q: _Queue, discipline: str, pos: np.ndarray, demoted: np.ndarray | None = None) -> np.ndarray:
     """Entry order: (priority, deficit, X) descending, then the tie-break
     ("gavel": the earlier job); by type first for the per-type walks;
     demoted entries (migration-aware walk) after all others."""
-    keys = [q.unit if discipline == "gavel" else q.tiebreak, -q.x, -q.deficit, -q.pri]
+    keys = [q.unit if discipline == "gavel" else q.tiebreak, -tie_classes(q.x), -tie_classes(q.deficit),
+            -tie_classes(q.pri)]
     if discipline in ("per_type", "gavel"):
         keys.append(pos[q.col])
     elif discipline == "phased":
-        keys += [pos[q.col], q.pri < 1.0]
+        keys += [pos[q.col], q.pri < 1.0 - TIE_RTOL]
     if demoted is not None:
         keys.append(demoted)
     return np.lexsort(keys)
