@@ -22,6 +22,16 @@ def fmt(x) -> str:
     return f"{x:,}" if isinstance(x, numbers.Integral) and not isinstance(x, bool) else f"{x:g}"
 
 
+def as_written(value) -> str:
+    """A value as the file it came from writes it: TOML's and JSON's ``true``/``false``
+    (Python's True/False read as someone else's syntax), lists element by element."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(as_written(v) for v in value) + "]"
+    return repr(value)
+
+
 def is_flag(value) -> bool:
     return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
 
@@ -35,7 +45,7 @@ def check_flag(key: str, value, *, none: bool = False) -> bool | None:
     if isinstance(value, numbers.Integral) and value in (0, 1):
         return bool(value)
     what = "true, false (or 1/0) or None" if none else "true or false (or 1/0)"
-    raise OptschedError(f"{key}: must be {what}, got {value!r}")
+    raise OptschedError(f"{key}: must be {what}, got {as_written(value)}")
 
 
 def check_number(key: str, value, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
@@ -46,7 +56,7 @@ def check_number(key: str, value, lo: float | None = None, hi: float | None = No
         return None
     kind = "a whole number" if whole else "a number"
     if is_flag(value) or not isinstance(value, numbers.Real):
-        raise OptschedError(f"{key}: must be {kind}, got {value!r}")
+        raise OptschedError(f"{key}: must be {kind}, got {as_written(value)}")
     v = float(value)
     if not math.isfinite(v):
         raise OptschedError(f"{key}: must be a finite number, got {v}")
@@ -65,10 +75,10 @@ def check_number(key: str, value, lo: float | None = None, hi: float | None = No
 def check_increasing(key: str, values, hi: float | None = None, *, unit: str = "") -> tuple[float, ...]:
     """One or more finite numbers, positive and strictly increasing (at most ``hi``), as a tuple of floats."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise OptschedError(f"{key}: must be a list of numbers, got {values!r}")
+        raise OptschedError(f"{key}: must be a list of numbers, got {as_written(values)}")
     vals = list(values)
     if not vals or any(is_flag(v) or not isinstance(v, numbers.Real) for v in vals):
-        raise OptschedError(f"{key}: must be a list of numbers, got {vals!r}")
+        raise OptschedError(f"{key}: must be a list of numbers, got {as_written(vals)}")
     vals = [float(v) for v in vals]
     shown = "[" + ", ".join(f"{v:g}" for v in vals) + "]"
     if not all(math.isfinite(v) for v in vals):

@@ -88,4 +88,17 @@ def require(module: str, what: str):
         raise err from None
 
 
-__all__ = ["EXTRAS", "EXTRA_OF_MODULE", "MissingExtra", "extra_of", "message", "missing", "require"]
+def require_extra(extra: str, what: str) -> None:
+    """Raise MissingExtra before any work when a module of ``extra`` (or of the extras it
+    includes: bench = sim + milp + ECOS) is not installed, so a command fails on its first
+    line rather than after printing a header. Looks modules up without importing them."""
+    from importlib.util import find_spec
+
+    wanted = {"bench": ("sim", "milp", "bench")}.get(extra, (extra,))
+    for module, owner in EXTRA_OF_MODULE.items():
+        if owner in wanted and module != "jaxlib" and find_spec(module) is None:
+            raise MissingExtra(message(what, extra))
+
+
+__all__ = ["EXTRAS", "EXTRA_OF_MODULE", "MissingExtra", "extra_of", "message", "missing", "require",
+           "require_extra"]

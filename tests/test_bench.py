@@ -138,3 +138,16 @@ def test_pollux_ga_reference_never_beats_the_exact_optimum():
     assert ga <= exact * (1 + 1e-9) + 1e-9
     assert ga > 0.5 * exact  # a real search, not an empty allocation
     assert ours == pytest.approx(exact, rel=1e-4)
+
+
+def test_bench_without_its_extra_fails_on_its_first_line(monkeypatch):
+    """A core install: one error line naming the extra, exit 2, and nothing printed before it
+    (the header used to come first, as if the bench had started)."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ecos" else find_spec(name, *a))
+    res = CliRunner().invoke(app, ["bench", "--quick"])
+    assert res.exit_code == 2, res.output
+    assert "load average" not in res.output
+    assert "optsched bench needs the 'bench' extra: pip install 'optsched[bench]'" in res.output

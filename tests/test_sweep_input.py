@@ -49,16 +49,16 @@ def test_a_sweep_file_that_is_not_utf8_is_one_line(tmp_path):
     ("[trace_options]\nsample = -3\n", "trace_options.sample: must be >= 1, got -3"),
     ("[trace_options]\nsample = 2.5\n", "trace_options.sample: must be a whole number, got 2.5"),
     ('[trace_options]\njobs = "5"\n', "trace_options.jobs: must be a whole number, got '5'"),
-    ("[trace_options]\njobs = true\n", "trace_options.jobs: must be a whole number, got True"),
+    ("[trace_options]\njobs = true\n", "trace_options.jobs: must be a whole number, got true"),
     ("[trace_options]\nskip = -1\n", "trace_options.skip: must be >= 0, got -1"),
     ("[trace_options]\nlength_scale = 0\n", "trace_options.length_scale: must be positive, got 0"),
     ('[trace_options]\nmulti_gpu = "yes"\n', "trace_options.multi_gpu: must be true or false (or 1/0), got 'yes'"),
     ("[trace_options]\nformat = 3\n", "trace_options.format: must be text (a string), got 3"),
     ("seeds = [1.5]\n", "seeds[0]: must be a whole number, got 1.5"),
-    ("seeds = [true]\n", "seeds[0]: must be a whole number, got True"),
+    ("seeds = [true]\n", "seeds[0]: must be a whole number, got true"),
     ('seeds = [0, "1"]\n', "seeds[1]: must be a whole number, got '1'"),
     ('loads = ["2"]\n', "loads[0]: must be a number, got '2'"),
-    ("loads = [false]\n", "loads[0]: must be a number, got False"),
+    ("loads = [false]\n", "loads[0]: must be a number, got false"),
 ])
 def test_a_sweep_file_value_of_the_wrong_type_or_range_names_its_field(tmp_path, body, message):
     f = sweep_file(tmp_path, HEAD + body)

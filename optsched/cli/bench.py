@@ -30,6 +30,9 @@ def bench(
     import os
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from optsched.extras import require_extra
+
+    require_extra("bench", "optsched bench")
     from optsched.bench.runner import CASES_FULL, CASES_QUICK, Context, load_average, read_csv, run_cases, stderr_say
     from optsched.cli.limits import check_bench, number
 
