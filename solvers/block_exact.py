@@ -542,6 +542,8 @@ LEVEL_ADJUST_STEP = 0.5
 LEVEL_ADJUST_GROW = 1.5
 LEVEL_ADJUST_SHRINK = 0.3
 LEVEL_ADJUST_CLIP = 1.5
+# (The same from the previous level's prices where time rows bind: 3 adjustments there took
+# 1.3-1.5× the master rounds at Gavel's rows with 0.5 GPUs per job, none 3-4×.)
 LEVEL_STEPS = 6  # Newton steps on the level
 LEVEL_TOL = 1e-9  # relative gap of u(z) and of u(z) = 1
 # Newton on the level stops once u(z) is within this of 1: the crossover's master has the level
@@ -590,7 +592,12 @@ def _level(A: np.ndarray, d: _Data, zcap: float):
         if out is None:
             return None
         u, q, slope, reach = out
+        step = z + (1.0 - u) / slope if slope > 0 else float("nan")
         if abs(u - 1.0) <= LEVEL_NEWTON_TOL:
+            # Close enough for the crossover, whose master has the level as a variable; the
+            # Newton step is closer still (from above, u convex: between the level and z).
+            if lo < step < hi or (u > 1.0 and lo < step < z):
+                z = step
             break
         if u > 1.0:
             hi = z
@@ -598,7 +605,6 @@ def _level(A: np.ndarray, d: _Data, zcap: float):
             lo = z
             if z >= zcap:
                 break  # every job at its largest share fits: the level cannot rise further
-        step = z + (1.0 - u) / slope if slope > 0 else float("nan")
         if homogeneous and z < step <= hi and reach * step / z <= 1.0:
             # u is linear up to the step (the best assignment's jobs stay within their time):
             # the step is the level (the crossover checks it; if not, the caller gives up).
@@ -627,9 +633,8 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
     W1 = np.maximum(W, 1e-300)
     groups = min(max(LEVEL_GROUPS, len(a) // LEVEL_JOBS_PER_GROUP), LEVEL_MAX_GROUPS, len(a))
     pricing = _Pricing(a, Sn, W1, groups)
-    if q0 is None:
-        q0 = _start_prices(a, W1)
-    q = np.maximum(q0, 0.0) / max(float(np.maximum(q0, 0.0).sum()), 1e-300)
+    q = np.maximum(_start_prices(a, W1) if q0 is None else q0, 0.0)
+    q = q / max(float(q.sum()), 1e-300)
     master = _CutMaster(k, groups)
     best_lb, best_q, best = -np.inf, q, None
     points, unit = _adjusted(pricing, q), None

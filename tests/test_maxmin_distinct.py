@@ -261,3 +261,105 @@ def test_identical_rows_of_distinct_rows_are_every_row():
     twin = BlockLP(A=A, S=S, W=lp.W, allowed=allowed, c_z=1.0, g=lp.g, lower=lp.lower)
     first, inverse, counts = block_lp.identical_rows(twin)
     assert len(counts) == 299 and inverse[7] == inverse[100] and np.array_equal(A[first][inverse], A)
+
+
+def degenerate_lp(rng: np.random.Generator, n: int, k: int, gpus_per_job: float) -> BlockLP:
+    """distinct_lp with ties made on purpose: copies of rows (equal jobs the level search
+    sees apart: it is called without the class merge), rows equal in ratio on every type
+    (a tie between all types at prices ∝ S/W), rows tied between two types, and a share
+    of jobs whose largest share is near the others' level (time rows bind)."""
+    lp = distinct_lp(rng, n, k, gpus_per_job)
+    A, S, allowed = lp.A.copy(), lp.S.copy(), lp.allowed.copy()
+    m = rng.permutation(n)
+    copies, flat, pair, capped = np.array_split(m[: n // 2], 4)
+    src = rng.integers(0, n, len(copies))
+    A[copies], S[copies], allowed[copies] = A[src], S[src], allowed[src]
+    A[flat] = A[flat].max(axis=1, keepdims=True) * (lp.W / lp.W.mean())[None, :]
+    allowed[flat] = True
+    if k > 1:
+        A[pair, 1] = A[pair, 0] * lp.W[1] / lp.W[0]
+        allowed[pair, :2] = True
+    A[capped] *= rng.uniform(0.05, 0.3, (len(capped), 1))
+    return BlockLP(A=np.where(allowed, A, 0.0), S=S, W=lp.W, allowed=allowed, c_z=1.0, g=lp.g, lower=lp.lower)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_level_search_on_degenerate_rows(seed):
+    """Ties between types, equal jobs, jobs at their largest share, k = 1..5: the level
+    search (adaptive first prices, the master's point as the end test, the square master)
+    against an independent solve and its own certificate."""
+    rng = np.random.default_rng(900 + seed)
+    n, k = int(rng.integers(40, 600)), int(rng.integers(1, 6))
+    lp = degenerate_lp(rng, n, k, float(rng.choice([0.05, 0.15, 0.5])))
+    ref = independent(lp)
+    sol = block_exact.level_search(lp, time.perf_counter() + 60)
+    if sol is None:
+        assert not np.any(ref.price > 1e-9), "the level search declined a congested program"
+        return
+    check_primal(lp, sol, tol=1e-7)
+    assert certificate_gap(lp, sol) <= 1e-7
+    assert sol.z == pytest.approx(ref.z, rel=1e-7, abs=1e-10)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_square_master_is_the_lp_masters_optimum(seed, monkeypatch):
+    """The crossover's master as one square system (_square_master): whenever it returns a
+    vertex, that vertex is feasible, its duals are, and its level is the HiGHS master's on
+    the same explicit jobs; it declines (None) rather than return a vertex that is not
+    optimal. Masters from random explicit sets near a tie (k = 1..5, frozen rows,
+    makespan's g), not only the level search's."""
+    rng = np.random.default_rng(1300 + seed)
+    n, k = int(rng.integers(30, 400)), int(rng.integers(1, 6))
+    lp = distinct_lp(rng, n, k, float(rng.choice([0.05, 0.15])), frozen=float(rng.choice([0.0, 0.2])),
+                     makespan=bool(rng.random() < 0.3))
+    d = block_exact.program_data(lp)
+    ref = independent(lp)
+    p = np.maximum(ref.price, 0.0) * rng.uniform(1 - 1e-3, 1 + 1e-3, k)  # prices near the optimum
+    cost = np.where(d.A > 0, d.S[:, None] * p[None, :] / np.where(d.A > 0, d.A, 1.0), np.inf)
+    single = np.argmin(cost, axis=1)
+    order = np.argsort(cost, axis=1)
+    explicit = np.zeros(len(d.A), dtype=bool)
+    cand = np.zeros(d.A.shape, dtype=bool)
+    if k > 1:
+        tie = np.take_along_axis(cost, order[:, 1:2], axis=1)[:, 0] / cost[np.arange(len(d.A)), single] - 1
+        explicit[np.argsort(tie)[: k - 1]] = True  # the k − 1 jobs nearest a tie
+        rows = np.flatnonzero(explicit)
+        cand[rows, order[rows, 0]] = cand[rows, order[rows, 1]] = True
+        cand &= d.A > 0
+    square = block_exact._square_master
+    calls = []
+    monkeypatch.setattr(block_exact, "_square_master", lambda *a: calls.append(square(*a)) or calls[-1])
+    fast = block_exact._master(d, single, explicit.copy(), cand.copy())
+    monkeypatch.setattr(block_exact, "_square_master", lambda *a: None)
+    lp_master = block_exact._master(d, single, explicit.copy(), cand.copy())
+    if not calls or fast is None or calls[-1] is None:
+        return  # not square, or declined: the HiGHS master solved it (the same call)
+    assert lp_master is not None
+    assert fast.z == pytest.approx(lp_master.z, rel=1e-9)
+    assert np.all(fast.price >= 0) and np.all(fast.lam >= 0) and np.all(fast.X >= 0)
+    assert np.all(fast.X.sum(axis=1) <= 1 + 1e-12)
+    ex = np.flatnonzero(explicit)
+    # Dual feasibility on the master's columns: λ_m A_mj ≤ S_m p_j, with equality where X > 0.
+    gain = fast.lam[:, None] * d.A[ex]
+    price = d.S[ex, None] * fast.price[None, :]
+    assert np.all(gain[cand[ex]] <= price[cand[ex]] * (1 + 1e-9) + 1e-12)
+    used = fast.X > 1e-12
+    np.testing.assert_allclose(gain[used], price[used], rtol=1e-9, atol=1e-12)
+
+
+def test_square_master_is_taken_on_the_level_search_path(monkeypatch):
+    """After the level search, the crossover's master is square on congested distinct rows
+    (k − 1 jobs split between two types): no HiGHS call for it."""
+    from optsched.solvers import lp as lp_module
+
+    rng = np.random.default_rng(11)
+    lp = distinct_lp(rng, 600, 3, 0.15)
+    called = []
+    solve_lp = lp_module.solve_lp
+    monkeypatch.setattr(lp_module, "solve_lp", lambda *a, **kw: called.append(1) or solve_lp(*a, **kw))
+    sol = block_exact.level_search(lp, time.perf_counter() + 60)
+    assert sol is not None and sol.backend == "prices+crossover"
+    assert called == []
+    ref = independent(lp)
+    assert sol.z == pytest.approx(ref.z, rel=1e-9)
+    assert certificate_gap(lp, sol) <= 1e-9
