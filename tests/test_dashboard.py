@@ -85,6 +85,7 @@ def test_the_page_needs_the_token(server):
     page = httpx.get(f"{server.url}/dashboard/{s.id}?token={TOKEN}")
     assert page.status_code == 200 and "/dashboard/static/dashboard.js" in page.text
     assert "http://" not in page.text and "https://" not in page.text  # nothing from a CDN
+    assert f"<title>optsched · session {s.id}</title>" in page.text and "{{" not in page.text
     js = httpx.get(f"{server.url}/dashboard/static/dashboard.js", cookies=page.cookies)
     assert js.status_code == 200 and "EventSource" in js.text
 
@@ -316,6 +317,9 @@ def test_a_run_shows_each_round_on_its_dashboard_as_it_advances(tmp_path):
     try:
         assert httpx.get(f"{url}/dashboard/run/view").status_code == 401
         assert httpx.get(f"{url}/dashboard/other?token={TOKEN}").status_code == 404
+        page = httpx.get(f"{url}/dashboard/run?token={TOKEN}").text  # says what it shows, not "session run"
+        assert "<title>optsched · run</title>" in page
+        assert '<h1>optsched <span class="muted">run</span> <code id="sid"></code></h1>' in page
         t.start()
         event, first = got.get(timeout=HANG)
         assert event == "view" and first["round"] == 0 and first["jobs"] == []  # before the first decision

@@ -24,6 +24,7 @@ import functools
 import hmac
 import json
 import logging
+from html import escape as html_escape
 from importlib import resources
 from typing import Any
 
@@ -198,10 +199,16 @@ def add_dashboard_routes(app, registry, token: str | None, run_locked) -> None:
     add_routes(app, token, exists, snapshot)
 
 
-def add_routes(app, token: str | None, exists, snapshot) -> None:
+def session_heading(sid: str) -> tuple[str, str]:
+    """(what the page shows, its name): a service session by its id."""
+    return "session", sid
+
+
+def add_routes(app, token: str | None, exists, snapshot, heading=session_heading) -> None:
     """The page, its assets, its view and its event stream, for any source of views:
     ``await exists(sid)`` raises ``session.NotFound`` for an unknown id; ``await snapshot(sid)``
-    is the whole view now (with ``rounds``, the recent rounds). Live views come from
+    is the whole view now (with ``rounds``, the recent rounds); ``heading(sid)`` is the page's
+    (kind, name): ("session", id), ("run", ""), ("Slurm agent", ""). Live views come from
     ``app.state.hub``; an ``ended`` event (``Hub.end``) closes a page's stream."""
     from fastapi import Path, Request
     from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -244,7 +251,10 @@ def add_routes(app, token: str | None, exists, snapshot) -> None:
     async def page(request: Request, sid: str = sid_path):
         given = authorized(request)
         await exists(sid)
-        html = _asset("index.html").replace("{{SESSION_ID}}", sid)
+        kind, name = heading(sid)
+        html = (_asset("index.html").replace("{{TITLE}}", html_escape(f"{kind} {name}".strip()))
+                .replace("{{KIND}}", html_escape(kind)).replace("{{NAME}}", html_escape(name))
+                .replace("{{SESSION_ID}}", sid))
         return with_cookie(HTMLResponse(html, headers={"Cache-Control": "no-store"}), given)
 
     @app.get("/dashboard/{sid}/view", include_in_schema=False)

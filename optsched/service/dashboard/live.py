@@ -123,7 +123,9 @@ def create_feed_app(feed: Feed, token: str | None):
     async def root():
         return RedirectResponse(f"/dashboard/{feed.sid}", status_code=307)
 
-    add_routes(app, token, exists, snapshot)
+    # (the feed's id is a path word, "run" or "slurm": the heading says what the page shows instead)
+    what = {"run": "run", "slurm": "Slurm agent"}.get(feed.sid, feed.sid)
+    add_routes(app, token, exists, snapshot, heading=lambda sid: (what, ""))
     return app
 
 
