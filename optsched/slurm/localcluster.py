@@ -39,6 +39,9 @@ DEFAULT_NODES = {"v100": 2, "k80": 2}
 DEFAULT_GPUS = 4
 DEFAULT_PORT = 17000  # slurmctld; node i listens on PORT + 100 + i
 NEEDED = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel")
+# Seconds a daemon's start, the nodes' readiness or the controller's stop may take: a bound only a hang
+# reaches (a start takes a second or two idle, far more on a busy machine; 15-60 s bounds were reachable).
+HANG = 600.0
 INSTALL_HINT = "apt-get install -y slurm-wlm munge (Debian/Ubuntu, as root)"
 
 
@@ -253,7 +256,7 @@ class LocalCluster:
 
     def _run(self, argv: list[str], what: str) -> None:
         env = {**os.environ, **self.env}
-        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=HANG)
         if r.returncode != 0:
             said = (r.stderr or r.stdout).strip().splitlines()
             raise OptschedError(f"slurm cluster: {what} failed: {said[-1] if said else f'exit {r.returncode}'} "
@@ -270,7 +273,7 @@ class LocalCluster:
             argv = [_prog("runuser"), "-u", munge_user, "--"] + argv
         self._run(argv, "munged")
         # munged writes its pid file in its own (private) folder; keep a copy beside the others
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + HANG
         while time.monotonic() < deadline:
             try:
                 with open(os.path.join(m, "munged.pid")) as f:
@@ -294,7 +297,7 @@ class LocalCluster:
             self._run([_prog("slurmd"), "-f", self.conf, "-N", node], f"slurmd -N {node}")
             self._wait_pid(f"slurmd-{node}")
 
-    def _wait_pid(self, daemon: str, timeout: float = 15) -> None:
+    def _wait_pid(self, daemon: str, timeout: float = HANG) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._pid(daemon):
@@ -302,7 +305,7 @@ class LocalCluster:
             time.sleep(0.05)
         raise OptschedError(f"slurm cluster: {daemon} did not start (see {self.dir}/log)")
 
-    def up(self, timeout: float = 60) -> dict:
+    def up(self, timeout: float = HANG) -> dict:
         """Start whatever is not running and wait until every node is idle or in use.
         Idempotent: a running cluster is only checked."""
         require_slurm()
@@ -319,7 +322,7 @@ class LocalCluster:
             self._start_slurmd(n)
         return self.wait_ready(timeout)
 
-    def wait_ready(self, timeout: float = 60) -> dict:
+    def wait_ready(self, timeout: float = HANG) -> dict:
         """Wait until slurmctld answers and no node is down or unknown."""
         deadline = time.monotonic() + timeout
         last = None
@@ -379,7 +382,7 @@ class LocalCluster:
         pid = self._pid("slurmctld")
         if pid:
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + HANG  # (it saves its state first: a second one must not start before)
             while time.monotonic() < deadline and self._alive(pid):
                 time.sleep(0.05)
         self.start_controller()
