@@ -389,7 +389,11 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     tie = TIE * float(np.max(np.abs(u)))
     ch = None
     while ch is None and tie <= TIE_MAX * float(np.max(np.abs(u))):
-        ch, _ = _class_milp(p, loss <= tie, best_rc <= tie, cfg, left(), force=False)
+        # a greedy placement of the tied jobs first, kept only if the exchange certifies it (ties
+        # of one configuration on many GPU types at one price make the class MILP a bin packing)
+        ch = _certified_greedy(p, loss <= tie, best_rc <= tie, cfg, pi, bound, U, tol)
+        if ch is None:
+            ch, _ = _class_milp(p, loss <= tie, best_rc <= tie, cfg, left(), force=False)
         tie *= 100.0
     if ch is not None:
         candidates += [ch, _fill_joint(ch, p, pi, bound, U, cfg, tol)]
@@ -677,6 +681,10 @@ def _class_milp(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configu
     sel = np.flatnonzero(allowed & free[p.m])
     if len(sel) == 0:
         return choice, "optimal"
+    placed = _all_at_best(p, sel, left, cfg)
+    if placed is not None:  # every job at its best value: no answer is worth more, so this is the optimum
+        choice[placed[0]] = placed[1]
+        return choice, "optimal"
     jobs = np.unique(p.m[sel])
     C = len(cfg.gpus)
     row = np.searchsorted(jobs, p.m[sel])
@@ -715,6 +723,65 @@ def _class_milp(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configu
         for _ in range(take[v]):
             choice[members[vcls[v]].pop(0)] = vc[v]
     return choice, status
+
+
+def _certified_greedy(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configurations, pi: np.ndarray,
+                      bound: float, U: np.ndarray, tol: float) -> np.ndarray | None:
+    """The tied jobs placed greedily (largest first, each on its most valuable allowed pair
+    that fits, on the type with the most room; else none), then the joint exchange; returned
+    only if that answer is within ``tol`` of the bound (certified), else None."""
+    n, k = p.n, len(p.W)
+    cnt = np.bincount(p.m[allowed], minlength=n) + none_ok
+    free = cnt >= 2
+    choice = np.full(n, -1)
+    forced = allowed & ~free[p.m]
+    choice[p.m[forced]] = p.c[forced]
+    on = choice >= 0
+    room = np.floor(p.W - np.bincount(cfg.gpu_type[choice[on]], weights=cfg.gpus[choice[on]], minlength=k) + 1e-9)
+    if (room < 0).any():
+        return None
+    sel = np.flatnonzero(allowed & free[p.m])
+    if len(sel):
+        sel = sel[np.lexsort((-p.u[sel], p.m[sel]))]  # per job, most valuable first
+        jobs, starts = np.unique(p.m[sel], return_index=True)
+        ends = np.r_[starts[1:], len(sel)]
+        for i in np.argsort(-np.maximum.reduceat(p.g[sel], starts), kind="stable"):
+            es = sel[starts[i]:ends[i]]
+            fits = np.flatnonzero(room[p.t[es]] >= p.g[es])
+            if len(fits) == 0:
+                continue
+            top = fits[p.u[es[fits]] == p.u[es[fits[0]]]]  # the most valuable that fit: most room
+            e = es[top[int(np.argmax(room[p.t[es[top]]] - p.g[es[top]]))]]
+            room[p.t[e]] -= p.g[e]
+            choice[jobs[i]] = p.c[e]
+    filled = _fill_joint(choice, p, pi, bound, U, cfg, tol)
+    return filled if bound - _value(filled, U) <= tol else None
+
+
+def _all_at_best(p: Pairs, sel: np.ndarray, left: np.ndarray, cfg: Configurations):
+    """(jobs, configurations) placing every job of the pairs ``sel`` on one of its best-valued
+    pairs within ``left`` GPUs per type (largest first, each on the type with the most room),
+    or None if that fails. Such a placement attains Σ of each job's best value, which bounds
+    every answer of the class MILP, so it is that MILP's optimum; it is found where the ties are
+    the same configuration on several types at one price (Pollux's heterogeneity-unaware rows)."""
+    m, u = p.m[sel], p.u[sel]
+    best = np.full(p.n, -np.inf)
+    np.maximum.at(best, m, u)
+    top = sel[u == best[m]]
+    jobs, starts = np.unique(p.m[top], return_index=True)
+    ends = np.r_[starts[1:], len(top)]
+    size = np.maximum.reduceat(p.g[top], starts)
+    room = np.floor(np.asarray(left, float) + 1e-9)
+    out = np.empty(len(jobs), dtype=int)
+    for i in np.argsort(-size, kind="stable"):  # one pass over the tied jobs (~n), few options each
+        es = top[starts[i]:ends[i]]
+        after = room[p.t[es]] - p.g[es]
+        if not (after >= 0).any():
+            return None
+        e = es[int(np.argmax(after))]
+        room[p.t[e]] -= p.g[e]
+        out[i] = p.c[e]
+    return jobs, out
 
 
 FILL_SPAN = 64  # GPUs a type's exchange may free to make room (the DP's negative states)
@@ -837,13 +904,7 @@ def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
     used = np.bincount(cfg.gpu_type[choice[on]], weights=cfg.gpus[choice[on]], minlength=k)
     idle = np.floor(p.W - used + 1e-9).astype(int)
     job, D, du, target = _joint_moves(choice, p, pi, U, cfg, min(gap, tol))
-    span = JOINT_SPAN
-    while span > 1 and np.prod(np.minimum(idle, span) + 2 * span + 1) > JOINT_STATES:
-        span -= 1
-    # states: the change so far, in [−span, min(idle, span) + span] per type (a job may take GPUs
-    # that a later job frees); the answer's change is at most the idle GPUs
-    shape = np.minimum(idle, span) + 2 * span + 1
-    if np.prod(shape.astype(float)) > JOINT_STATES:  # many GPU types: left to the per-type fill and the MILPs
+    if len(job) == 0:
         return choice
     kinds, kind = np.unique(D, axis=0, return_inverse=True)
     kind = kind.ravel()
@@ -851,15 +912,71 @@ def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
     starts = np.r_[0, np.flatnonzero(np.diff(kind[order])) + 1]
     rank = np.empty(len(order), dtype=int)
     rank[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    keep = np.flatnonzero((np.abs(D) < shape).all(axis=1) & (rank < JOINT_PER_KIND))
+    top = rank < JOINT_PER_KIND
+    # A type on which even every job's largest gain of GPUs fits in its idle GPUs cannot be
+    # overfilled by any exchange of these moves: it needs no dimension (exact). The others are the
+    # DP's dimensions, as many as JOINT_STATES allows with a span of at least 1 — those holding the
+    # gap (price × idle GPUs) first; moves on a type left out are dropped (many GPU types).
+    most = np.zeros((p.n, k))
+    np.maximum.at(most, job[top], np.maximum(D[top], 0))
+    tight = np.flatnonzero(most.sum(axis=0) > idle)
+    tight = tight[np.lexsort((-(D[top][:, tight] != 0).sum(axis=0), -(pi[tight] * idle[tight])))]
+    states = lambda q, span: float(np.prod(np.minimum(idle[tight[:q]], span) + 2 * span + 1.0))  # noqa: E731
+    q, span = len(tight), JOINT_SPAN
+    while span > 1 and states(q, span) > JOINT_STATES:
+        span -= 1
+    while q > 0 and states(q, span) > JOINT_STATES:
+        q -= 1
+    if span < JOINT_SPAN or q < len(tight):  # many GPU types: the box would cut most moves out
+        return _exchange_milp(choice, job, D, du, target, top, tight, idle)
+    dims, out_dims = tight[:q], tight[q:]
+    shape = np.minimum(idle[dims], span) + 2 * span + 1
+    keep = np.flatnonzero(top & (D[:, out_dims] == 0).all(axis=1) & (np.abs(D[:, dims]) < shape).all(axis=1))
     keep = keep[np.argsort(job[keep], kind="stable")]
     if len(keep) == 0:
         return choice
-    moves = _exchange_dp(job[keep], kinds, kind[keep], du[keep], tuple(int(x) for x in shape), span,
-                         np.minimum(idle, span) + span)
+    if q == 0:  # no type binds: each job its best move
+        best = {}
+        for pos, i in enumerate(keep):
+            if du[i] > 1e-12 and (job[i] not in best or du[i] > du[keep[best[job[i]]]]):
+                best[job[i]] = pos
+        moves = list(best.values())
+    else:
+        kinds, kind_of = np.unique(D[keep][:, dims], axis=0, return_inverse=True)
+        moves = _exchange_dp(job[keep], kinds, kind_of.ravel(), du[keep], tuple(int(x) for x in shape), span,
+                             np.minimum(idle[dims], span) + span)
     out = choice.copy()
     for i in moves:
         out[job[keep][i]] = -1 if target[keep][i] == -2 else target[keep][i]
+    return out
+
+
+JOINT_MILP_NODES = 1_000  # branch-and-bound nodes of the exchange MILP (many GPU types)
+
+
+def _exchange_milp(choice, job, D, du, target, top, tight, idle) -> np.ndarray:
+    """The joint exchange where the DP's box would be too small (many GPU types): the same
+    moves (``top``; each job at most one) and the same limit (the change on every type binding
+    at most its idle GPUs) as a small MILP — a few hundred to a few thousand binaries, one row
+    per job with several moves and one per such type — solved by HiGHS to its optimum or
+    JOINT_MILP_NODES nodes (a work limit). A heuristic to the caller, which certifies it."""
+    import scipy.sparse as sp
+
+    sel = np.flatnonzero(top)
+    owners, row = np.unique(job[sel], return_inverse=True)
+    cols = np.arange(len(sel))
+    Dt = D[sel][:, tight].astype(float)
+    nz = np.nonzero(Dt)
+    A = sp.vstack([sp.csr_matrix((np.ones(len(sel)), (row.ravel(), cols)), shape=(len(owners), len(sel))),
+                   sp.csr_matrix((Dt[nz], (nz[1], nz[0])), shape=(len(tight), len(sel)))]).tocsc()
+    A.sort_indices()
+    lp = _highs_model(du[sel], A, np.r_[np.ones(len(owners)), idle[tight].astype(float)], True)
+    status, x, value = _run_highs(lp, 60.0, mip=True, rel_gap=0.0, nodes=JOINT_MILP_NODES)
+    out = choice.copy()
+    if x is None or not value > 1e-12:
+        return out
+    for i in sel[x > 0.5]:
+        out[job[i]] = -1 if target[i] == -2 else target[i]
     return out
 
 

@@ -180,3 +180,103 @@ def test_joint_exchange_is_the_optimum_of_its_neighbourhood(seed, monkeypatch):
     want = _neighbourhood_best(start, U, cfg, capacity, *moves)
     assert len(moves[0]) > 0
     assert C._value(got, U) - C._value(start, U) == pytest.approx(max(want, 0.0), abs=1e-9)
+
+
+def _agnostic_problem(seed: int, n: int, k: int, copies: int = 1, limit: float = np.inf):
+    """Values that depend on the GPU count only, the same on every type of one node size (Pollux's
+    heterogeneity-unaware rows), many types: ties across types at one price."""
+    rng = np.random.default_rng(seed)
+    server = rng.choice([4, 8], k)
+    capacity = np.array([float(s * rng.integers(1, 4)) for s in server])
+    cfg = C.configurations(capacity, server)
+    base = n // copies
+    scal = rng.uniform(0.3, 0.95, base)
+    U = rng.uniform(0.5, 2.0, (base, 1)) * cfg.gpus[None, :] ** scal[:, None] - rng.uniform(0.2, 1.0, (base, 1))
+    U = np.where(rng.random((base, 1)) < 0.1, 0.0, np.maximum(U, 0.0))  # a few jobs that cannot run
+    U[:, cfg.gpus > limit] = 0.0  # the jobs' GPU limit
+    return np.repeat(U, copies, axis=0)[:n], cfg, capacity
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_many_types_assignment_is_within_the_gap_of_the_full_milp(seed):
+    """8-10 GPU types (the greedy tie placement, the dimension-free and MILP exchanges, and the
+    class MILP's all-at-best shortcut all in play): certified and within the gap of HiGHS's optimum."""
+    make = _agnostic_problem if seed % 2 else _problem
+    U, cfg, capacity = make(seed, 24, 8 + seed % 3, 1 + seed % 3)
+    lp, best = _exact(U, cfg, capacity)
+    a = C.solve_assignment(U, cfg, capacity)
+    assert a.status == "optimal" and C._fits(a.choice, cfg, capacity)
+    assert a.lp_bound == pytest.approx(lp, rel=1e-7, abs=1e-9)
+    assert best - C.MIP_REL_GAP * max(abs(best), 1.0) - 1e-9 <= a.objective <= best + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_class_milp_all_at_best_is_its_optimum(seed, monkeypatch):
+    """Where every tied job can have its best value, the class MILP skips HiGHS; the value is
+    HiGHS's optimum of the same MILP (the shortcut switched off)."""
+    U, cfg, capacity = _agnostic_problem(200 + seed, 20, 6 + seed % 4, 1 + seed % 3, limit=4)
+    capacity = capacity * (1 + seed % 3)  # some rounds roomy enough for every job's best
+    m, c = np.nonzero(C.undominated(U, cfg))
+    p = C.Pairs.of(m, c, U[m, c], cfg, U.shape[0], capacity)
+    pi, _, _, _ = C.lagrangian_prices(p)
+    _, _, _, val, br, _ = p.respond(pi)
+    allowed, none_ok = (br[p.m] - val <= 1e-2), (br <= 1e-2)
+    fired, shortcut = [], C._all_at_best
+    monkeypatch.setattr(C, "_all_at_best", lambda *a: fired.append(shortcut(*a)) or fired[-1])
+    got, status = C._class_milp(p, allowed, none_ok, cfg, 60.0, force=False)
+    monkeypatch.setattr(C, "_all_at_best", lambda *a: None)
+    want, _ = C._class_milp(p, allowed, none_ok, cfg, 60.0, force=False, rel_gap=0.0, nodes=10**6)
+    monkeypatch.undo()
+    assert got is not None and C._fits(got, cfg, capacity)
+    assert C._value(got, U) == pytest.approx(C._value(want, U), rel=1e-9, abs=1e-12)
+    if seed % 3 == 2:  # three times the capacity: every tied job fits at its best
+        assert not fired or fired[0] is not None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_exchange_without_box_is_the_optimum_of_its_neighbourhood(seed, monkeypatch):
+    """Many types: the exchange drops the types no set of moves can overfill and solves the
+    rest as a MILP (JOINT_STATES too small for the DP's box forces it); with every move kept it
+    is the best one-move-per-job exchange (brute force)."""
+    U, cfg, capacity = (_agnostic_problem if seed % 2 else _problem)(300 + seed, 6, 8 + seed % 3)
+    m, c = np.nonzero(C.undominated(U, cfg))
+    p = C.Pairs.of(m, c, U[m, c], cfg, U.shape[0], capacity)
+    pi, D, _, _ = C.lagrangian_prices(p)
+    rng = np.random.default_rng(seed)
+    start = np.full(U.shape[0], -1)
+    for job in rng.permutation(U.shape[0]):
+        opts = np.flatnonzero(U[job] > 0)
+        if len(opts):
+            start[job] = rng.choice(opts)
+            if not C._fits(start, cfg, capacity):
+                start[job] = -1
+    losses = np.sort(np.unique(p.respond(pi)[4][p.m] - p.respond(pi)[3]))
+    budget = D - C._value(start, U)
+    for b in losses[::-1]:
+        job = C._joint_moves(start, p, pi, U, cfg, min(b, budget))[0]
+        if np.prod(np.bincount(job) + 1.0) <= 20_000:
+            budget = min(b, budget)
+            break
+    monkeypatch.setattr(C, "JOINT_PER_KIND", 10**6)
+    monkeypatch.setattr(C, "JOINT_STATES", 1)
+    got = C._fill_joint(start, p, pi, D, U, cfg, budget)
+    assert C._fits(got, cfg, capacity)
+    moves = C._joint_moves(start, p, pi, U, cfg, budget)
+    want = _neighbourhood_best(start, U, cfg, capacity, *moves)
+    assert C._value(got, U) - C._value(start, U) == pytest.approx(max(want, 0.0), abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_certified_greedy_answers_are_certified(seed):
+    """The greedy tie placement is kept only within the gap of the bound, so of the optimum."""
+    U, cfg, capacity = (_agnostic_problem if seed % 2 else _problem)(400 + seed, 30, 8 + seed % 3, 1 + seed % 4)
+    m, c = np.nonzero(C.undominated(U, cfg))
+    p = C.Pairs.of(m, c, U[m, c], cfg, U.shape[0], capacity)
+    pi, D, _, _ = C.lagrangian_prices(p)
+    _, _, _, val, br, _ = p.respond(pi)
+    tol = C.MIP_REL_GAP * max(abs(D), 1.0)
+    got = C._certified_greedy(p, br[p.m] - val <= 1e-9 * U.max(), br <= 1e-9 * U.max(), cfg, pi, D, U, tol)
+    _, best = _exact(U, cfg, capacity)
+    if got is not None:
+        assert C._fits(got, cfg, capacity)
+        assert best - tol - 1e-9 <= C._value(got, U) <= best + 1e-9
