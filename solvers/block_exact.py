@@ -184,17 +184,25 @@ def cheapest(a: np.ndarray, S: np.ndarray, price: np.ndarray) -> tuple[np.ndarra
     j1 = np.argmin(one, axis=1)
     cost = one[rows, j1]
     lo, hi, x_hi = np.full(n, -1), np.full(n, -1), np.zeros(n)
-    for j in range(k):
-        slow = np.flatnonzero((a[:, j] > 0) & ~fast[:, j])
-        for j2 in range(k):
-            m = slow[fast[slow, j2]] if j2 != j else slow[:0]
-            if not len(m):
-                continue
-            x2 = (1.0 - a[m, j]) / (a[m, j2] - a[m, j])
-            c = S[m] * (price[j] * (1.0 - x2) + price[j2] * x2)
-            better = c < cost[m]
-            m, x2 = m[better], x2[better]
-            cost[m], lo[m], hi[m], x_hi[m] = c[better], j, j2, x2
+    # Every pair (slow type j, fast type j2) at once, (jobs, j, j2) (a loop over the k² pairs
+    # cost ~10 numpy calls each: 0.3 ms per pricing pass at 5 types where time rows bind).
+    # The first cheapest pair in (j, j2) order, taken only when cheaper than one type: the loop's choice.
+    slow = (a > 0) & ~fast
+    m = np.flatnonzero(slow.any(axis=1) & fast.any(axis=1))
+    if len(m):
+        aj, aj2 = a[m][:, :, None], a[m][:, None, :]
+        ok = slow[m][:, :, None] & fast[m][:, None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x2 = np.where(ok, (1.0 - aj) / np.where(ok, aj2 - aj, 1.0), 0.0)
+            c = np.where(ok, S[m][:, None, None] * (price[None, :, None] * (1.0 - x2) + price[None, None, :] * x2),
+                         np.inf)
+        flat = c.reshape(len(m), k * k)
+        best = np.argmin(flat, axis=1)
+        c_best = flat[np.arange(len(m)), best]
+        better = c_best < cost[m]
+        m, best = m[better], best[better]
+        cost[m], lo[m], hi[m] = c_best[better], best // k, best % k
+        x_hi[m] = x2.reshape(-1, k * k)[np.flatnonzero(better), best]
     X = np.zeros((n, k))
     single = rows[lo < 0]
     X[single, j1[single]] = 1.0 / a[single, j1[single]]

@@ -363,3 +363,31 @@ def test_square_master_is_taken_on_the_level_search_path(monkeypatch):
     ref = independent(lp)
     assert sol.z == pytest.approx(ref.z, rel=1e-9)
     assert certificate_gap(lp, sol) <= 1e-9
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cheapest_is_each_jobs_two_row_lp(seed):
+    """``cheapest`` (every (slow, fast) type pair at once): each job's cheapest way to meet
+    its demand alone, against its two-row LP solved by HiGHS; jobs no type serves alone,
+    forbidden types, ties between types and prices of 0, k = 1..5."""
+    from optsched.solvers.lp import solve_lp
+
+    rng = np.random.default_rng(40 + seed)
+    k = 1 + seed % 5
+    n = 60
+    a = rng.uniform(0.2, 3.0, (n, k)) * (rng.random((n, k)) > 0.2)
+    a[: n // 4] = np.round(a[: n // 4], 1)  # ties
+    a[np.arange(n), rng.integers(0, k, n)] = rng.uniform(1.0, 3.0, n)  # every job served by one type at least
+    S = rng.choice([1.0, 2.0, 4.0], n)
+    price = np.round(rng.uniform(0.0, 2.0, k), 1) * (rng.random(k) > 0.15)
+    X, cost = block_exact.cheapest(a, S, price)
+    assert np.all(X >= 0) and np.all(X.sum(axis=1) <= 1 + 1e-12) and np.all(X[a == 0] == 0)
+    assert np.all((a * X).sum(axis=1) >= 1 - 1e-12)
+    np.testing.assert_allclose((X * price[None, :]).sum(axis=1) * S, cost, rtol=1e-12, atol=1e-15)
+    for m in range(n):
+        c = S[m] * price
+        M = np.array([-a[m], np.ones(k)])
+        sol = solve_lp(c, M, np.array([-1.0, 1.0]), lb=0.0, ub=np.where(a[m] > 0, np.inf, 0.0),
+                       backend="highs-simplex")
+        assert sol.ok
+        assert cost[m] == pytest.approx(sol.value, rel=1e-9, abs=1e-12)
