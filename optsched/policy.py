@@ -576,5 +576,5 @@ def explain(inst: Instance, X: np.ndarray, share: np.ndarray, prices, objective)
         from optsched.formulations.base import at_minimum
 
         _, low = at_minimum(np.asarray(share, dtype=float))
-        out["bottleneck_jobs"] = [jid for jid, at in zip(inst.job_ids, low) if at]
+        out["bottleneck_jobs"] = [inst.job_ids[m] for m in np.flatnonzero(low)]  # (not a loop over numpy bools)
     return out
