@@ -669,13 +669,7 @@ def _class_milp(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configu
     import scipy.sparse as sp
 
     n, k = p.n, len(p.W)
-    cnt = np.bincount(p.m[allowed], minlength=n) + none_ok
-    free = cnt >= 2
-    choice = np.full(n, -1)
-    forced = allowed & ~free[p.m]
-    choice[p.m[forced]] = p.c[forced]
-    on = choice >= 0
-    left = p.W - np.bincount(cfg.gpu_type[choice[on]], weights=cfg.gpus[choice[on]], minlength=k)
+    choice, free, forced, left = _forced_pairs(p, allowed, none_ok, cfg)
     if (left < -1e-9).any():
         return None, "infeasible"
     sel = np.flatnonzero(allowed & free[p.m])
@@ -725,19 +719,25 @@ def _class_milp(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configu
     return choice, status
 
 
+def _forced_pairs(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configurations):
+    """(choice of the jobs with one allowed pair and no 'none', jobs with a choice to make (n,),
+    the forced pairs' mask, GPUs per type they leave)."""
+    free = np.bincount(p.m[allowed], minlength=p.n) + none_ok >= 2
+    choice = np.full(p.n, -1)
+    forced = allowed & ~free[p.m]
+    choice[p.m[forced]] = p.c[forced]
+    on = choice >= 0
+    left = p.W - np.bincount(cfg.gpu_type[choice[on]], weights=cfg.gpus[choice[on]], minlength=len(p.W))
+    return choice, free, forced, left
+
+
 def _certified_greedy(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configurations, pi: np.ndarray,
                       bound: float, U: np.ndarray, tol: float) -> np.ndarray | None:
     """The tied jobs placed greedily (largest first, each on its most valuable allowed pair
     that fits, on the type with the most room; else none), then the joint exchange; returned
     only if that answer is within ``tol`` of the bound (certified), else None."""
-    n, k = p.n, len(p.W)
-    cnt = np.bincount(p.m[allowed], minlength=n) + none_ok
-    free = cnt >= 2
-    choice = np.full(n, -1)
-    forced = allowed & ~free[p.m]
-    choice[p.m[forced]] = p.c[forced]
-    on = choice >= 0
-    room = np.floor(p.W - np.bincount(cfg.gpu_type[choice[on]], weights=cfg.gpus[choice[on]], minlength=k) + 1e-9)
+    choice, free, forced, left = _forced_pairs(p, allowed, none_ok, cfg)
+    room = np.floor(left + 1e-9)
     if (room < 0).any():
         return None
     sel = np.flatnonzero(allowed & free[p.m])

@@ -144,6 +144,26 @@ def _neighbourhood_best(choice, U, cfg, capacity, job, D, du, target):
     return best
 
 
+def _start_and_budget(U, cfg, capacity, p, pi, D, seed):
+    """A feasible start that leaves room to exchange (greedy on a random order) and the largest
+    loss budget whose neighbourhood brute force can enumerate."""
+    rng = np.random.default_rng(seed)
+    start = np.full(U.shape[0], -1)
+    for job in rng.permutation(U.shape[0]):
+        opts = np.flatnonzero(U[job] > 0)
+        if len(opts):
+            start[job] = rng.choice(opts)
+            if not C._fits(start, cfg, capacity):
+                start[job] = -1
+    losses = np.sort(np.unique(p.respond(pi)[4][p.m] - p.respond(pi)[3]))
+    budget = D - C._value(start, U)
+    for b in losses[::-1]:
+        job = C._joint_moves(start, p, pi, U, cfg, min(b, budget))[0]
+        if np.prod(np.bincount(job) + 1.0) <= 20_000:
+            return start, min(b, budget)
+    return start, budget
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_joint_exchange_is_the_optimum_of_its_neighbourhood(seed, monkeypatch):
     """With a box as large as the cluster and every move kept, the exchange DP over all
@@ -153,22 +173,7 @@ def test_joint_exchange_is_the_optimum_of_its_neighbourhood(seed, monkeypatch):
     m, c = np.nonzero(C.undominated(U, cfg))
     p = C.Pairs.of(m, c, U[m, c], cfg, U.shape[0], capacity)
     pi, D, _, _ = C.lagrangian_prices(p)
-    rng = np.random.default_rng(seed)
-    start = np.full(U.shape[0], -1)  # a feasible start that leaves room to exchange: greedy on a random order
-    for job in rng.permutation(U.shape[0]):
-        opts = np.flatnonzero(U[job] > 0)
-        if len(opts):
-            start[job] = rng.choice(opts)
-            if not C._fits(start, cfg, capacity):
-                start[job] = -1
-    # the largest loss budget whose neighbourhood brute force can enumerate
-    losses = np.sort(np.unique(p.respond(pi)[4][p.m] - p.respond(pi)[3]))
-    budget = D - C._value(start, U)
-    for b in losses[::-1]:
-        job = C._joint_moves(start, p, pi, U, cfg, min(b, budget))[0]
-        if np.prod(np.bincount(job) + 1.0) <= 20_000:
-            budget = min(b, budget)
-            break
+    start, budget = _start_and_budget(U, cfg, capacity, p, pi, D, seed)
     default = C._fill_joint(start, p, pi, D, U, cfg, budget)
     assert C._fits(default, cfg, capacity) and C._value(default, U) >= C._value(start, U) - 1e-12
     monkeypatch.setattr(C, "JOINT_SPAN", int(capacity.max()))
@@ -202,7 +207,7 @@ def test_many_types_assignment_is_within_the_gap_of_the_full_milp(seed):
     """8-10 GPU types (the greedy tie placement, the dimension-free and MILP exchanges, and the
     class MILP's all-at-best shortcut all in play): certified and within the gap of HiGHS's optimum."""
     make = _agnostic_problem if seed % 2 else _problem
-    U, cfg, capacity = make(seed, 24, 8 + seed % 3, 1 + seed % 3)
+    U, cfg, capacity = make(seed, 16, 8 + seed % 3, 1 + seed % 3)
     lp, best = _exact(U, cfg, capacity)
     a = C.solve_assignment(U, cfg, capacity)
     assert a.status == "optimal" and C._fits(a.choice, cfg, capacity)
@@ -242,21 +247,7 @@ def test_exchange_without_box_is_the_optimum_of_its_neighbourhood(seed, monkeypa
     m, c = np.nonzero(C.undominated(U, cfg))
     p = C.Pairs.of(m, c, U[m, c], cfg, U.shape[0], capacity)
     pi, D, _, _ = C.lagrangian_prices(p)
-    rng = np.random.default_rng(seed)
-    start = np.full(U.shape[0], -1)
-    for job in rng.permutation(U.shape[0]):
-        opts = np.flatnonzero(U[job] > 0)
-        if len(opts):
-            start[job] = rng.choice(opts)
-            if not C._fits(start, cfg, capacity):
-                start[job] = -1
-    losses = np.sort(np.unique(p.respond(pi)[4][p.m] - p.respond(pi)[3]))
-    budget = D - C._value(start, U)
-    for b in losses[::-1]:
-        job = C._joint_moves(start, p, pi, U, cfg, min(b, budget))[0]
-        if np.prod(np.bincount(job) + 1.0) <= 20_000:
-            budget = min(b, budget)
-            break
+    start, budget = _start_and_budget(U, cfg, capacity, p, pi, D, seed)
     monkeypatch.setattr(C, "JOINT_PER_KIND", 10**6)
     monkeypatch.setattr(C, "JOINT_STATES", 1)
     got = C._fill_joint(start, p, pi, D, U, cfg, budget)
