@@ -112,7 +112,7 @@ def uncongested(lp, data: "_Data | None" = None):
         return None
     demand = d.g * z + d.l
     with np.errstate(divide="ignore"):
-        least = (d.S * demand * np.where(d.A > 0, 1.0 / np.where(d.A > 0, d.A, 1.0), np.inf).min(axis=1)).sum()
+        least = (d.S * demand * (1.0 / best)).sum()  # (1/A is least at the largest A: one pass over n, not n × k)
     if least > (d.W + 1e-9 * np.maximum(d.W, 1.0)).sum():  # (_fit's tolerance, summed)
         return None  # the least GPU time the demands need passes every GPU: capacity binds (no greedy needed)
     X = _fit(d, demand)
@@ -572,7 +572,7 @@ def level_search(lp, deadline: float, data: "_Data | None" = None):
     d = _Data.of(lp) if data is None else data
     if d is None:
         return None
-    A = np.where(d.W[None, :] > 0, d.A, 0.0)  # (an empty type serves nobody)
+    A = d.A if np.all(d.W > 0) else np.where(d.W[None, :] > 0, d.A, 0.0)  # (an empty type serves nobody)
     best = A.max(axis=1)
     live = d.g > 0
     if np.any(best <= 0) or np.any(d.l[~live] > best[~live] * (1 + 1e-12)):
@@ -632,12 +632,14 @@ def _least_load(A: np.ndarray, S: np.ndarray, W: np.ndarray, g: np.ndarray, dema
     or the rounds run out."""
     n, k = A.shape
     need = demand > 0
-    a = A[need] / demand[need][:, None]
+    every = bool(need.all())  # (no copies of A, S, demand: the usual case)
+    a = A / demand[:, None] if every else A[need] / demand[need][:, None]
     top = a.max(axis=1)
     if np.any(top < 1.0 - 1e-12):
         return None  # a job no type can serve within its time
-    a = a / np.minimum(top, 1.0)[:, None]  # (a job at its largest share, up to rounding)
-    Sn, dn = S[need], demand[need]
+    if np.any(top < 1.0):
+        a = a / np.minimum(top, 1.0)[:, None]  # (a job at its largest share, up to rounding)
+    Sn, dn = (S, demand) if every else (S[need], demand[need])
     W1 = np.maximum(W, 1e-300)
     groups = min(max(LEVEL_GROUPS, len(a) // LEVEL_JOBS_PER_GROUP), LEVEL_MAX_GROUPS, len(a))
     pricing = _Pricing(a, Sn, W1, groups)
