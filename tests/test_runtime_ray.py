@@ -93,3 +93,44 @@ def test_ray_launches_run_in_warm_workers_also_after_a_kill_before_the_job_start
     finally:
         ex.close()
     assert wait_gone(str(tmp_path)) == []
+
+
+def test_a_local_ray_that_timed_out_starting_is_started_again(monkeypatch):
+    """Ray's raylet waits a fixed time for its agents, whatever the load: on a busy machine the
+    start failed ('The current node timed out during startup') and so did the run. The executor
+    starts it again, up to START_ATTEMPTS times, and then says why in one line."""
+    from types import SimpleNamespace
+
+    from optsched.model import OptschedError
+    from optsched.runtime import ray_executor
+    from optsched.runtime.ray_executor import START_ATTEMPTS, RayExecutor
+
+    def fake_ray(failures: int):
+        calls = []
+
+        def init(**kw):
+            calls.append(kw)
+            if len(calls) <= failures:
+                raise Exception("The current node timed out during startup. This could happen because ...")
+
+        return SimpleNamespace(is_initialized=lambda: False, init=init, shutdown=lambda: None), calls
+
+    fake, calls = fake_ray(START_ATTEMPTS - 1)
+    monkeypatch.setattr(ray_executor, "_ray", lambda: fake)
+    ex = RayExecutor("slot=2")
+    ex._init()
+    assert len(calls) == START_ATTEMPTS and ex._started
+    assert calls[-1]["resources"] == {"optsched_slot_local_slot_0": 1.0, "optsched_slot_local_slot_1": 1.0}
+    fake, calls = fake_ray(START_ATTEMPTS)
+    monkeypatch.setattr(ray_executor, "_ray", lambda: fake)
+    with pytest.raises(OptschedError, match=f"^--executor ray: the local Ray did not start in {START_ATTEMPTS} "):
+        RayExecutor("slot=2")._init()
+    assert len(calls) == START_ATTEMPTS
+
+    def other(**kw):  # any other failure is Ray's own, at once
+        raise RuntimeError("no space left on device")
+
+    monkeypatch.setattr(ray_executor, "_ray", lambda: SimpleNamespace(is_initialized=lambda: False, init=other,
+                                                                    shutdown=lambda: None))
+    with pytest.raises(RuntimeError, match="no space left"):
+        RayExecutor("slot=2")._init()

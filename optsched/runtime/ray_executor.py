@@ -34,6 +34,7 @@ find its lease — this is the documented limitation.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -42,6 +43,8 @@ import time
 
 from optsched.model import Cluster, GpuSlot, OptschedError, Server
 from optsched.runtime.executor import Launch, job_env, parse_types
+
+log = logging.getLogger("optsched.runtime")
 
 
 def _ray():
@@ -57,6 +60,11 @@ def slot_resource(server: str, gpu: int) -> str:
 
 
 LAUNCHER_FILE = "launcher.json"
+# Ray's raylet gives its own agents (Python processes) a fixed time to start (about 15 s), whatever the
+# machine's load; on a busy machine they can take longer and the start fails with this (seen at load 21 on
+# 2 cores). The start is then tried again, afresh.
+STARTUP_TIMED_OUT = "timed out during startup"
+START_ATTEMPTS = 3
 
 
 def _run_job(command, env, cwd, log_path, real_gpus: bool, incarnation: str = ""):
@@ -233,8 +241,20 @@ class RayExecutor:
                                     f"({str(e).splitlines()[0][:200]}){hint}") from None
         else:
             resources = {slot_resource(s.id, g): 1.0 for s in self.cluster.servers for g in range(s.gpus)}
-            ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=sum(self.cluster.gpus.values()), resources=resources,
-                     **opts)
+            for attempt in range(1, START_ATTEMPTS + 1):
+                try:
+                    ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=sum(self.cluster.gpus.values()),
+                             resources=resources, **opts)
+                    break
+                except Exception as e:  # noqa: BLE001 — Ray raises a bare Exception for it
+                    if STARTUP_TIMED_OUT not in str(e):
+                        raise
+                    ray.shutdown()
+                    if attempt == START_ATTEMPTS:
+                        raise OptschedError(f"--executor ray: the local Ray did not start in {START_ATTEMPTS} "
+                                            "attempts (its node timed out during startup: a machine this busy "
+                                            "gives its agents too little CPU)") from None
+                    log.warning("local Ray timed out during startup (a busy machine); starting it again")
         self._started = True
 
     def _cluster_from_ray(self, cluster_spec: str | None) -> Cluster:
