@@ -387,15 +387,17 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     #    last digits leave the forced best responses overfilling a type), then the GPUs left idle
     #    filled by a joint exchange over all types (the moves that can be in a certified answer)
     tie = TIE * float(np.max(np.abs(u)))
-    ch = None
-    while ch is None and tie <= TIE_MAX * float(np.max(np.abs(u))):
+    ch = certified = None
+    while ch is None and certified is None and tie <= TIE_MAX * float(np.max(np.abs(u))):
         # a greedy placement of the tied jobs first, kept only if the exchange certifies it (ties
         # of one configuration on many GPU types at one price make the class MILP a bin packing)
-        ch = _certified_greedy(p, loss <= tie, best_rc <= tie, cfg, pi, bound, U, tol)
-        if ch is None:
+        certified = _certified_greedy(p, loss <= tie, best_rc <= tie, cfg, pi, bound, U, tol)
+        if certified is None:
             ch, _ = _class_milp(p, loss <= tie, best_rc <= tie, cfg, left(), force=False)
         tie *= 100.0
-    if ch is not None:
+    if certified is not None:
+        candidates.append(certified)
+    elif ch is not None:
         candidates += [ch, _fill_joint(ch, p, pi, bound, U, cfg, tol)]
         for _ in range(JOINT_PASSES):  # an integrality gap above tol: exchanges of moves losing more
             if bound - _value(candidates[-1], U) <= tol:
@@ -887,7 +889,7 @@ def _joint_moves(choice, p: Pairs, pi: np.ndarray, U: np.ndarray, cfg: Configura
 
 
 def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: np.ndarray,
-                cfg: Configurations, tol: float) -> np.ndarray:
+                cfg: Configurations, tol: float, certify: bool = True) -> np.ndarray:
     """The best exchange over all GPU types at once: each job keeps its configuration or makes
     one move (``_joint_moves``, within the budget a certified answer allows), so that the GPU
     change per type stays within that type's idle GPUs — a multiple-choice knapsack in k
@@ -895,7 +897,8 @@ def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
     [−JOINT_SPAN, idle] per type. Moves of one kind (the same change vector) are
     interchangeable but for their value, so only the JOINT_PER_KIND best of each are kept: a
     realistic round has a few dozen kinds among ~1,500 cheap moves. Restricted, so a heuristic:
-    its answer is certified (or not) against the bound by the caller."""
+    its answer is certified (or not) against the bound by the caller. ``certify``: the MILP form
+    (many types) may stop at the first exchange that brings the answer within ``tol``."""
     k = len(p.W)
     on = choice >= 0
     gap = bound - _value(choice, U)
@@ -928,7 +931,7 @@ def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
     while q > 0 and states(q, span) > JOINT_STATES:
         q -= 1
     if span < JOINT_SPAN or q < len(tight):  # many GPU types: the box would cut most moves out
-        return _exchange_milp(choice, job, D, du, target, top, tight, idle)
+        return _exchange_milp(choice, job, D, du, target, top, tight, idle, gap - tol if certify else None)
     dims, out_dims = tight[:q], tight[q:]
     shape = np.minimum(idle[dims], span) + 2 * span + 1
     keep = np.flatnonzero(top & (D[:, out_dims] == 0).all(axis=1) & (np.abs(D[:, dims]) < shape).all(axis=1))
@@ -954,12 +957,13 @@ def _fill_joint(choice: np.ndarray, p: Pairs, pi: np.ndarray, bound: float, U: n
 JOINT_MILP_NODES = 1_000  # branch-and-bound nodes of the exchange MILP (many GPU types)
 
 
-def _exchange_milp(choice, job, D, du, target, top, tight, idle) -> np.ndarray:
+def _exchange_milp(choice, job, D, du, target, top, tight, idle, need=None) -> np.ndarray:
     """The joint exchange where the DP's box would be too small (many GPU types): the same
     moves (``top``; each job at most one) and the same limit (the change on every type binding
     at most its idle GPUs) as a small MILP — a few hundred to a few thousand binaries, one row
     per job with several moves and one per such type — solved by HiGHS to its optimum or
-    JOINT_MILP_NODES nodes (a work limit). A heuristic to the caller, which certifies it."""
+    JOINT_MILP_NODES nodes (a work limit), or stopped at the first exchange gaining ``need``
+    (what certifies the answer). A heuristic to the caller, which certifies it."""
     import scipy.sparse as sp
 
     sel = np.flatnonzero(top)
@@ -971,7 +975,8 @@ def _exchange_milp(choice, job, D, du, target, top, tight, idle) -> np.ndarray:
                    sp.csr_matrix((Dt[nz], (nz[1], nz[0])), shape=(len(tight), len(sel)))]).tocsc()
     A.sort_indices()
     lp = _highs_model(du[sel], A, np.r_[np.ones(len(owners)), idle[tight].astype(float)], True)
-    status, x, value = _run_highs(lp, 60.0, mip=True, rel_gap=0.0, nodes=JOINT_MILP_NODES)
+    status, x, value = _run_highs(lp, 60.0, mip=True, rel_gap=0.0, nodes=JOINT_MILP_NODES,
+                                  target=need if need is not None and np.isfinite(need) and need > 0 else None)
     out = choice.copy()
     if x is None or not value > 1e-12:
         return out
