@@ -111,8 +111,10 @@ class Firefox:
                   files=[str(p) for p in paths])
 
     def errors(self) -> list[dict]:
-        """Console errors and uncaught JavaScript errors (``type`` javascript) logged so far."""
-        return [e for e in self.logs if e.get("level") == "error"]
+        """The tab's console errors and uncaught JavaScript errors (``type`` javascript) logged so far
+        (not the browser's own: its start-up may log errors about services it cannot reach offline)."""
+        return [e for e in self.logs if e.get("level") == "error"
+                and e.get("source", {}).get("context") in (None, self.context)]
 
     def screenshot(self, path: Path) -> Path:
         data = self.send("browsingContext.captureScreenshot", context=self.context)["data"]

@@ -102,6 +102,12 @@ def test_dashboard_follows_a_live_session_in_firefox(server, firefox, tmp_path):
     explanation = firefox.evaluate("document.getElementById('explanation').innerText")
     assert "max_min_fairness" in explanation and "Capacity:" in explanation
     shots.append(firefox.screenshot(tmp_path / "firefox-final.png"))
+    s.delete()  # the stream's `ended` event, then its close: the page says so and keeps its last state
+    wait_for(firefox, lambda f: f.evaluate("document.body.dataset.ended") == "deleted", "the deletion")
+    ended = firefox.evaluate("(e => ({hidden: e.hidden, text: e.innerText}))(document.getElementById('ended'))")
+    assert not ended["hidden"] and "deleted" in ended["text"]
+    assert firefox.evaluate(STATE)["status"] == "deleted"
+    assert any(j for _, _, j in firefox.evaluate(STATE)["cells"])
     assert not firefox.errors(), firefox.errors()
     for p in shots:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
