@@ -75,7 +75,7 @@ def wait_for(ff, fn, what: str):
     raise AssertionError(f"the page never showed {what}; log: {ff.logs}")
 
 
-def test_dashboard_follows_a_live_session_in_firefox(server, firefox, tmp_path):  # noqa: F811
+def test_dashboard_follows_a_live_session_in_firefox(firefox, server, tmp_path):  # noqa: F811
     s = Client(server.url, token=TOKEN).session(workload.CLUSTER, policy="max_min_fairness")
     firefox.get(f"{server.url}/dashboard/{s.id}?token={TOKEN}")
     wait_for(firefox, lambda f: f.evaluate(STATE)["status"] == "live", "a live connection")
@@ -114,7 +114,7 @@ def test_dashboard_follows_a_live_session_in_firefox(server, firefox, tmp_path):
         print("screenshot:", p)
 
 
-def test_replay_of_a_recorded_simulation_in_firefox(server, firefox, tmp_path):  # noqa: F811
+def test_replay_of_a_recorded_simulation_in_firefox(firefox, server, tmp_path):  # noqa: F811
     """`optsched simulate --out` recorded; the page reads its CSVs (chosen in the file input as a person
     would) and the slider walks its rounds: each row and the cluster map as the CSVs say."""
     out = tmp_path / "run"
