@@ -84,7 +84,7 @@ _hypothesis_settings.load_profile(os.environ.get("OPTSCHED_HYPOTHESIS_PROFILE", 
 ONE_WORKER_FILES = frozenset({
     "test_slurm_agent.py", "test_slurm_executor.py", "test_slurm_cluster.py",  # a cluster per file
     "test_readme.py",  # blocks in README order, one scratch folder
-    "test_dashboard.py", "test_service_http.py",  # a module-scoped `optsched serve`
+    "test_dashboard.py", "test_dashboard_firefox.py", "test_service_http.py",  # a module-scoped `optsched serve`
     "test_determinism_load.py", "test_docs_build.py", "test_report.py", "test_cli_polish_nan.py",  # costly module fixtures
 })
 RAY_FILES = frozenset({"test_runtime_ray.py", "test_sweep.py"})  # (test_sweep.py: Ray beside its module's local sweep)
