@@ -55,16 +55,36 @@ def _ray():
     return ray
 
 
-def slot_resource(server: str, gpu: int) -> str:
-    return "optsched_slot_" + re.sub(r"[^A-Za-z0-9_]", "_", server) + f"_{gpu}"
-
-
-LAUNCHER_FILE = "launcher.json"
 # Ray's raylet gives its own agents (Python processes) a fixed time to start (about 15 s), whatever the
 # machine's load; on a busy machine they can take longer and the start fails with this (seen at load 21 on
 # 2 cores). The start is then tried again, afresh.
 STARTUP_TIMED_OUT = "timed out during startup"
 START_ATTEMPTS = 3
+
+
+def start_local(ray, **options) -> None:
+    """``ray.init(address="local", **options)``, started again (up to START_ATTEMPTS times) when
+    Ray's node timed out during startup; then an OptschedError says why in one line."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            ray.init(address="local", **options)
+            return
+        except Exception as e:  # noqa: BLE001 — Ray raises a bare Exception for it
+            if STARTUP_TIMED_OUT not in str(e):
+                raise
+            ray.shutdown()
+            if attempt == START_ATTEMPTS:
+                raise OptschedError(f"--executor ray: the local Ray did not start in {START_ATTEMPTS} attempts (its "
+                                    "node timed out during startup: a machine this busy gives its agents too little "
+                                    "CPU)") from None
+            log.warning("local Ray timed out during startup (a busy machine); starting it again")
+
+
+def slot_resource(server: str, gpu: int) -> str:
+    return "optsched_slot_" + re.sub(r"[^A-Za-z0-9_]", "_", server) + f"_{gpu}"
+
+
+LAUNCHER_FILE = "launcher.json"
 
 
 def _run_job(command, env, cwd, log_path, real_gpus: bool, incarnation: str = ""):
@@ -241,20 +261,8 @@ class RayExecutor:
                                     f"({str(e).splitlines()[0][:200]}){hint}") from None
         else:
             resources = {slot_resource(s.id, g): 1.0 for s in self.cluster.servers for g in range(s.gpus)}
-            for attempt in range(1, START_ATTEMPTS + 1):
-                try:
-                    ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=sum(self.cluster.gpus.values()),
-                             resources=resources, **opts)
-                    break
-                except Exception as e:  # noqa: BLE001 — Ray raises a bare Exception for it
-                    if STARTUP_TIMED_OUT not in str(e):
-                        raise
-                    ray.shutdown()
-                    if attempt == START_ATTEMPTS:
-                        raise OptschedError(f"--executor ray: the local Ray did not start in {START_ATTEMPTS} "
-                                            "attempts (its node timed out during startup: a machine this busy "
-                                            "gives its agents too little CPU)") from None
-                    log.warning("local Ray timed out during startup (a busy machine); starting it again")
+            start_local(ray, num_cpus=os.cpu_count() or 1, num_gpus=sum(self.cluster.gpus.values()),
+                        resources=resources, **opts)
         self._started = True
 
     def _cluster_from_ray(self, cluster_spec: str | None) -> Cluster:
@@ -344,4 +352,4 @@ class RayExecutor:
             self.ray.shutdown()
 
 
-__all__ = ["RayExecutor", "RayHandle", "slot_resource"]
+__all__ = ["RayExecutor", "RayHandle", "slot_resource", "start_local"]
