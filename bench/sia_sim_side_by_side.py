@@ -31,14 +31,24 @@ seconds per round on a loaded machine, so a whole workload takes tens of minutes
 
 Grids: Sia's simulator steps every job 60 s from t = 0 and then decides, so a job that
 arrives at t is first placed at the next multiple of 60 s; optsched's rounds start at the
-first arrival. ``--sia-grid`` also runs optsched with every arrival moved up to Sia's grid
+first arrival. The variant ``grid`` runs optsched with every arrival moved up to Sia's grid
 (JCTs still counted from the true arrival), which removes that difference; with the
 first arrival on the grid and no round ending early, the two sides' rounds then start at
-the same times and rounds pair by time.
+the same times.
+
+``--variants``: optsched runs, each ``plain`` or a ``+``-joined set of ``grid`` and bench
+emulations of Sia's simulator (patched for the one run, never optsched options; each
+function's docstring says what it reproduces): ``ratios`` (Sia's cross-type projection
+ratio), ``round`` (its MILP's 2-decimal utilities), ``flat`` (its view of a job that has
+never run), ``fit`` (the peers' single L-BFGS-B throughput fit), ``eager`` (refit on every
+new observation, batch re-chosen every interval), ``mbs`` (a probe: yolov3's policy-side
+micro-batch limit at Sia's A100 value), ``types`` (Sia's per-type micro-batch limits in the
+policy's goodput table). docs/results/fidelity.md has the table.
 
 Output: per-job JCT table (``--out DIR`` writes it as CSV), average JCT on each side and the
 difference, restarts per job on each side, the first round whose job → (type, GPUs) differs,
-and the first job (in arrival order) whose JCT differs by more than 1 %.
+and the first job (in arrival order) whose JCT differs by more than 1 %, GPU-rounds per
+application and GPU type on each side.
 """
 
 from __future__ import annotations
@@ -327,8 +337,74 @@ def eager_refit():
     return undo
 
 
+def yolov3_microbatch(cap: float = 32.0):
+    """Bench probe of the policy's micro-batch limit: optsched's goodput table gives a job one
+    largest micro-batch for every type (``ElasticInfo.max_local_bsz``: yolov3 8, Pollux's
+    figure; bert 48, cifar10 4,096 — the largest of any type), where Sia's policy uses each
+    type's (yolov3: T4 16, A100 32, RTX 8). Sets yolov3's to 32 (its A100 value) for one run
+    (the simulated runs keep their per-placement limits); returns the undo."""
+    import dataclasses
+
+    from optsched.sim import goodput_jobs
+
+    original = goodput_jobs.applications_for
+
+    def applications_for(*args, **kwargs):
+        apps = original(*args, **kwargs)
+        if "yolov3" in apps:
+            apps["yolov3"] = dataclasses.replace(apps["yolov3"], max_local_bsz=cap)
+        return apps
+
+    goodput_jobs.applications_for = applications_for
+    return lambda: setattr(goodput_jobs, "applications_for", original)
+
+
+def sia_type_cap(app, gpu: str) -> float:
+    """The largest micro-batch Sia's policy lets a job use on a GPU type: its application's
+    ``max_local_bsz`` for that type, the largest in the type's placements (applications.py;
+    deepspeech2 on RTX set to 57 there)."""
+    if app.name == "deepspeech2" and gpu == "rtx":
+        return 57.0
+    prof = app.profiles[gpu]
+    return float(prof.local_bsz[np.asarray(prof.placement) != ""].max())
+
+
+def per_type_microbatch():
+    """Bench emulation of Sia's per-type micro-batch limit in the policy's goodput table:
+    optsched's table gives a job one limit for every type (``ElasticInfo.max_local_bsz``, the
+    largest of any type, yolov3 8); here each type's columns are computed with that type's
+    limit (``sia_type_cap``). Patches ``formulations.sia.goodput_matrix``; returns the undo."""
+    import dataclasses
+
+    from optsched.formulations import sia
+    from optsched.sim.goodput_jobs import applications_for
+
+    original = sia.goodput_matrix
+    apps = applications_for(sia_cluster(), ["bert", "cifar10", "deepspeech2", "imagenet", "yolov3"])
+
+    def goodput_matrix(inst, *args, **kwargs):
+        el = inst.elastic
+        names = [str(j).rsplit("-", 1)[0] for j in inst.job_ids]  # Saturn names: <application>-<index>
+        if el is None or not all(n in apps for n in names):
+            return original(inst, *args, **kwargs)
+        out = None
+        for t, gpu in enumerate(inst.gpu_types):
+            caps = np.array([sia_type_cap(apps[n], gpu) for n in names])
+            gm = original(dataclasses.replace(inst, elastic=dataclasses.replace(el, max_local_bsz=caps)), *args, **kwargs)
+            if out is None:
+                out = gm
+            cols = gm.configs.gpu_type == t
+            for name in ("goodput", "atomic_bsz", "accum_steps"):
+                if hasattr(out, name):
+                    getattr(out, name)[:, cols] = getattr(gm, name)[:, cols]
+        return out
+
+    sia.goodput_matrix = goodput_matrix
+    return lambda: setattr(sia, "goodput_matrix", original)
+
+
 EMULATIONS = {"ratios": sia_ratios, "round": rounded_utilities, "flat": flat_prior, "fit": lbfgsb_fit,
-              "eager": eager_refit}  # applied in this order
+              "eager": eager_refit, "mbs": yolov3_microbatch, "types": per_type_microbatch}  # applied in this order
 
 
 def ours_simulate(path: Path, sia_grid: bool = False, emulate: tuple = (), **options) -> dict:
@@ -431,7 +507,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sia", type=Path, default=Path("/work/peers/sia_sim/sia-simulator"))
     p.add_argument("--python", default="/work/peers/venv/bin/python", help="the peer venv's interpreter")
-    p.add_argument("--extra", action="append", default=["/work/peers/pylib", "/work/peers/pylib_cylp"],
+    p.add_argument("--extra", nargs="+", default=["/work/peers/pylib", "/work/peers/pylib_cylp"],
                    help="folders appended to the peer's sys.path (autograd, cylp)")
     p.add_argument("--workload", type=int, default=1, help="Saturn workload 1-10")
     p.add_argument("--jobs", type=int, default=None, help="the first N jobs only (default: all 160)")
