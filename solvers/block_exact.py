@@ -367,7 +367,7 @@ def _crossover(lp, price: np.ndarray, level: float, slack: float, deadline: floa
     a1 = d.A[rows, single]
     cand = (cost <= cost[rows, single][:, None] * (1 + slack)) & (d.A > 0)
     near_full = d.g * level + d.l >= a1 * (1 - slack) - 1e-12
-    cand[near_full] |= d.A[near_full] > 0
+    cand |= _full_columns(d, near_full, p, level)
     explicit = (cand.sum(axis=1) > 1) | near_full
     cand[~explicit] = False
     for rounds in range(1, MAX_ROUNDS + 1):
@@ -397,6 +397,25 @@ def _crossover(lp, price: np.ndarray, level: float, slack: float, deadline: floa
         cand |= violated
         explicit |= new
     return None
+
+
+def _full_columns(d: _Data, full: np.ndarray, p: np.ndarray, level: float) -> np.ndarray:
+    """Candidate columns of jobs near a full time row: the types of each one's cheapest way to
+    meet its demand at the level alone (``cheapest``: one type, or two with the time row full),
+    every usable type for a job no type serves within its time there. Column generation adds
+    any other column that prices in; all k of them for 250 such jobs made a master of 1,300
+    columns (25 ms of HiGHS at Gavel's rows with 0.5 GPUs per job, 5,000 × 5)."""
+    out = np.zeros(d.A.shape, dtype=bool)
+    m = np.flatnonzero(full)
+    demand = d.g[m] * level + d.l[m]
+    ok = demand > 0
+    a = d.A[m[ok]] / demand[ok][:, None]
+    served = a.max(axis=1) >= 1.0
+    X, _ = cheapest(a[served], d.S[m[ok][served]], p)
+    out[m[ok][served]] = X > 0
+    rest = np.setdiff1d(m, m[ok][served])
+    out[rest] = d.A[rest] > 0
+    return out
 
 
 def _settled_master(d: _Data, single, explicit, cand, slack: float, deadline: float = float("inf")) -> _Master | None:
