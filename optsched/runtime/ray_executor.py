@@ -310,7 +310,10 @@ class RayExecutor:
             for ref in pending:  # a joined cluster's busy slots: those launches start cold
                 ray.cancel(ref)
             self.warm_workers = set(ray.get(ready))  # pids of the slots' warm workers
-            if pending or len(self.warm_workers) >= len(slots) or seconds > 3:
+            # (tasks of 0.2, 0.8, 3.2 and 12.8 s: cold worker starts take seconds on a busy machine — the whole
+            # warm-up took 20-33 s at load 11-13 on 2 cores — and a slot left without a warm worker starts its
+            # jobs cold, longer than a round)
+            if pending or len(self.warm_workers) >= len(slots) or seconds > 12:
                 break
             seconds *= 4
         ray.wait([kill_ref], timeout=max(deadline - time.monotonic(), 1.0))
