@@ -144,7 +144,9 @@ class GoodputCache:
         """(limit, goodput, atomic_bsz, accum_steps) of each missing row: one job's search per
         row, up to the largest limit of the jobs that share it (and of its cached version)."""
         C = len(cfg.gpus)
-        t = np.array([v[0] for v in todo.values()])
+        if not todo:
+            return []
+        t = np.array([v[0] for v in todo.values()], dtype=int)
         lim = np.array([max(float(limit[v].max()), self._rows[key][0] if key in self._rows else 0.0)
                         for key, v in todo.items()])
         # one search for every row, each over its own configurations: rows of one application
@@ -343,7 +345,8 @@ def undominated(U: np.ndarray, cfg: Configurations) -> np.ndarray:
 
 def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, time_limit: float = 60.0,
                      solver: str = "highs", force_fallback: bool = False,
-                     start: np.ndarray | None = None, rel_gap: float = MIP_REL_GAP) -> Assignment:
+                     start: np.ndarray | None = None, rel_gap: float = MIP_REL_GAP,
+                     type_blind: bool = False) -> Assignment:
     """The assignment MILP over undominated pairs only (exact, see ``undominated``): the
     Lagrangian dual over the k capacity rows (``lagrangian_prices``; its minimum is the LP
     bound), the jobs' best responses at its prices with the tied jobs decided by a small
@@ -352,7 +355,9 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     fixing (``LADDER``); else HiGHS's
     branch-and-cut over every pair with that gap, started from the best answer so far and
     ``start`` (a previous choice, (n,), -1 = none, used when it fits), capped at
-    FULL_MILP_NODES nodes. Every cap counts work, so the answer is the same on an idle and a
+    FULL_MILP_NODES nodes. ``type_blind``: values that ignore the GPU type (Pollux's), so the
+    greedy tie placement is refilled per type (``_fill_exact``) before the joint exchange.
+    Every cap counts work, so the answer is the same on an idle and a
     loaded machine. ``time_limit`` (wall-clock seconds for the whole call) is the caller's
     safety net, the one path whose answer can depend on load: when it fires the best answer
     found is returned and the status says so. ``force_fallback``: the LP relaxation rounded
@@ -391,7 +396,7 @@ def solve_assignment(U: np.ndarray, cfg: Configurations, capacity: np.ndarray, t
     while ch is None and certified is None and tie <= TIE_MAX * float(np.max(np.abs(u))):
         # a greedy placement of the tied jobs first, kept only if the exchange certifies it (ties
         # of one configuration on many GPU types at one price make the class MILP a bin packing)
-        certified = _certified_greedy(p, loss <= tie, best_rc <= tie, cfg, pi, bound, U, tol)
+        certified = _certified_greedy(p, loss <= tie, best_rc <= tie, cfg, pi, bound, U, tol, type_blind)
         if certified is None:
             ch, _ = _class_milp(p, loss <= tie, best_rc <= tie, cfg, left(), force=False)
         tie *= 100.0
@@ -734,10 +739,11 @@ def _forced_pairs(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Confi
 
 
 def _certified_greedy(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: Configurations, pi: np.ndarray,
-                      bound: float, U: np.ndarray, tol: float) -> np.ndarray | None:
+                      bound: float, U: np.ndarray, tol: float, per_type: bool = False) -> np.ndarray | None:
     """The tied jobs placed greedily (largest first, each on its most valuable allowed pair
-    that fits, on the type with the most room; else none), then the joint exchange; returned
-    only if that answer is within ``tol`` of the bound (certified), else None."""
+    that fits, on the type with the most room; else none), then (``per_type``: after the exact
+    per-type fill, which packs what type-blind ties leave idle on each type) the joint
+    exchange; returned only if that answer is within ``tol`` of the bound (certified), else None."""
     choice, free, forced, left = _forced_pairs(p, allowed, none_ok, cfg)
     room = np.floor(left + 1e-9)
     if (room < 0).any():
@@ -756,6 +762,8 @@ def _certified_greedy(p: Pairs, allowed: np.ndarray, none_ok: np.ndarray, cfg: C
             e = es[top[int(np.argmax(room[p.t[es[top]]] - p.g[es[top]]))]]
             room[p.t[e]] -= p.g[e]
             choice[jobs[i]] = p.c[e]
+    if per_type:
+        choice = _fill_exact(choice, p, pi, bound, U, cfg)
     filled = _fill_joint(choice, p, pi, bound, U, cfg, tol)
     return filled if bound - _value(filled, U) <= tol else None
 

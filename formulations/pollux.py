@@ -123,7 +123,7 @@ def allocate(inst: Instance, policy: str = "pollux", solver: str = "highs", time
     check_feasible(inst, gm.goodput)
     U, speedup, base = utility_matrix(inst, gm, p, restart_penalty)
     a = solve_assignment(U, gm.configs, inst.capacity, time_limit, solver, force_fallback=force_fallback,
-                         start=gm.current)  # the running configurations: a warm start
+                         start=gm.current, type_blind=agnostic)  # the running configurations: a warm start
     chosen = np.where(a.choice >= 0, speedup[np.arange(inst.n), np.maximum(a.choice, 0)], 0.0)
     terms = (chosen + EPS) ** p if p != 0 else np.log(chosen + EPS)
     mean = float(np.mean(terms) ** (1 / p)) if p != 0 else float(np.exp(np.mean(terms)))

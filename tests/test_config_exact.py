@@ -209,7 +209,7 @@ def test_many_types_assignment_is_within_the_gap_of_the_full_milp(seed):
     make = _agnostic_problem if seed % 2 else _problem
     U, cfg, capacity = make(seed, 16, 8 + seed % 3, 1 + seed % 3)
     lp, best = _exact(U, cfg, capacity)
-    a = C.solve_assignment(U, cfg, capacity)
+    a = C.solve_assignment(U, cfg, capacity, type_blind=make is _agnostic_problem)
     assert a.status == "optimal" and C._fits(a.choice, cfg, capacity)
     assert a.lp_bound == pytest.approx(lp, rel=1e-7, abs=1e-9)
     assert best - C.MIP_REL_GAP * max(abs(best), 1.0) - 1e-9 <= a.objective <= best + 1e-9
@@ -266,8 +266,10 @@ def test_certified_greedy_answers_are_certified(seed):
     pi, D, _, _ = C.lagrangian_prices(p)
     _, _, _, val, br, _ = p.respond(pi)
     tol = C.MIP_REL_GAP * max(abs(D), 1.0)
-    got = C._certified_greedy(p, br[p.m] - val <= 1e-9 * U.max(), br <= 1e-9 * U.max(), cfg, pi, D, U, tol)
     _, best = _exact(U, cfg, capacity)
-    if got is not None:
-        assert C._fits(got, cfg, capacity)
-        assert best - tol - 1e-9 <= C._value(got, U) <= best + 1e-9
+    for per_type in (False, True):  # with the per-type exact fill first (Pollux's type-blind values)
+        got = C._certified_greedy(p, br[p.m] - val <= 1e-9 * U.max(), br <= 1e-9 * U.max(), cfg, pi, D, U, tol,
+                                  per_type)
+        if got is not None:
+            assert C._fits(got, cfg, capacity)
+            assert best - tol - 1e-9 <= C._value(got, U) <= best + 1e-9
