@@ -43,7 +43,8 @@ ratio), ``round`` (its MILP's 2-decimal utilities), ``flat`` (its view of a job 
 never run), ``fit`` (the peers' single L-BFGS-B throughput fit), ``eager`` (refit on every
 new observation, batch re-chosen every interval), ``mbs`` (a probe: yolov3's policy-side
 micro-batch limit at Sia's A100 value), ``types`` (Sia's per-type micro-batch limits in the
-policy's goodput table). docs/results/fidelity.md has the table.
+policy's goodput table), ``pin`` (a job restoring at a decision keeps its configuration).
+docs/results/fidelity.md has the table.
 
 Output: per-job JCT table (``--out DIR`` writes it as CSV), average JCT on each side and the
 difference, restarts per job on each side, the first round whose job → (type, GPUs) differs,
@@ -403,8 +404,47 @@ def per_type_microbatch():
     return lambda: setattr(sia, "goodput_matrix", original)
 
 
+_ROUND_HOOKS: list = []  # emulations that watch the simulation's state after each round
+
+
+def pin_restoring():
+    """Bench emulation of Sia's ``preserve_ckpt_allocs``: a job still paying its
+    checkpoint-restore at a decision keeps its configuration (a hard constraint in Sia's MILP;
+    with 60 s rounds that pins imagenet 250 s, bert 120 s and yolov3 80 s for rounds after every
+    change). optsched's ``sia`` may change such a job at once. Watches the simulator's restore
+    seconds left after each round and forces those jobs' current configuration through
+    ``formulations.sia.utilities``; returns the undo."""
+    from optsched.formulations import sia
+
+    original, restoring = sia.utilities, set()
+
+    def watch(info):
+        run, st = info["live"]
+        busy = (st.overhead_left > 1e-9) & (st.config[:, 0] >= 0)
+        restoring.clear()
+        restoring.update(run.jobs.job_ids[m] for m in np.flatnonzero(busy))
+
+    def utilities(inst, G, current, p, lambda_n, restart_penalty=True):
+        U, Gn = original(inst, G, current, p, lambda_n, restart_penalty)
+        for m, job in enumerate(inst.job_ids):
+            if job in restoring and current[m] >= 0:
+                U[m] = np.where(G[m] > 0, -1e3, 0.0)
+                U[m, current[m]] = 1e3
+        return U, Gn
+
+    sia.utilities = utilities
+    _ROUND_HOOKS.append(watch)
+
+    def undo():
+        sia.utilities = original
+        _ROUND_HOOKS.remove(watch)
+
+    return undo
+
+
 EMULATIONS = {"ratios": sia_ratios, "round": rounded_utilities, "flat": flat_prior, "fit": lbfgsb_fit,
-              "eager": eager_refit, "mbs": yolov3_microbatch, "types": per_type_microbatch}  # applied in this order
+              "eager": eager_refit, "mbs": yolov3_microbatch, "types": per_type_microbatch,
+              "pin": pin_restoring}  # applied in this order
 
 
 def ours_simulate(path: Path, sia_grid: bool = False, emulate: tuple = (), **options) -> dict:
@@ -418,6 +458,8 @@ def ours_simulate(path: Path, sia_grid: bool = False, emulate: tuple = (), **opt
     def on_round(info):
         a = info["decision"].placement.assignments
         rounds.append([info["start"], {j: [s[0].gpu_type, len(s)] for j, s in sorted(a.items()) if s}])
+        for hook in _ROUND_HOOKS:
+            hook(info)
 
     t0, c0 = time.perf_counter(), time.process_time()
     undos = [EMULATIONS[name]() for name in EMULATIONS if name in emulate]  # (flat overrides round's fresh rows)
