@@ -206,8 +206,23 @@ def test_agent_survives_sigkill_and_a_controller_restart(cluster):
         agent = _agent(c, db, logs[2])
         good["c1"] = _sbatch(c, work, "c1", "4", thr)
         deadline = time.monotonic() + 600  # (a bound only a hang reaches)
+        leak_since, repairs = None, 0
         while time.monotonic() < deadline:
             time.sleep(0.5)
+            # Slurm 22.05 can leak the GPUs of a job it allocated just before the restart above (the job
+            # ends, its GPUs stay used; a job placed there pends forever): a leak that lasts is repaired
+            # by one more controller restart, which recounts them (LocalCluster.leaked_gpus).
+            try:
+                leak = c.leaked_gpus() if repairs < 3 else {}
+            except OptschedError:  # (the controller not answering this instant)
+                leak = {}
+            if not leak:
+                leak_since = None
+            elif leak_since is None or leak != leak_since[0]:
+                leak_since = (leak, time.monotonic())
+            elif time.monotonic() - leak_since[1] > 5:
+                c.restart_controller()
+                leak_since, repairs = None, repairs + 1
             states = {n: _state(c, j) for n, j in good.items()}
             if all(s in ("COMPLETED", "CANCELLED") for s in states.values()):
                 rows, summary = results(db)
