@@ -18,7 +18,7 @@ from optsched.model import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# httpx's default timeout (5 s per request) made a test's request to a local server fail on a busy machine;
+# httpx's default timeout (5 s per request) can fail a test's request to a local server on a busy machine;
 # in the tests a timeout only guards against a hang, so every request without its own gets 600 s.
 import httpx  # noqa: E402
 
