@@ -24,7 +24,7 @@ from tests.test_fuzz_snapshot import invoke
 EXPLORE = os.environ.get("OPTSCHED_HYPOTHESIS_PROFILE") == "explore"
 EXAMPLES = int(os.environ.get("FUZZ_EXPLORE", "1500")) // 5 if EXPLORE else 8
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-SIM_SECONDS = 120.0  # one simulate/compare case on the 4-job trace (compare runs two policies)
+SIM_SECONDS = 600.0  # one simulate/compare case on the 4-job trace (compare runs two policies)
 
 NUMBERS = ["0", "-1", "nan", "inf", "-inf", "1e308", "1e-300", "x", "", "2", "100000000", "0.5", "1e7", "-0"]
 SIM_OPTIONS = {

@@ -118,7 +118,7 @@ def run_trace(kind, data, suffix, choice):
         path.write_bytes(data)
         args, as_json = command_for(kind, path, Path(d), choice)
         # an elastic simulation's first run in a process imports JAX and compiles its fit: slow, not a hang
-        return invoke(args, as_json=as_json, hang_seconds=180.0 if kind == "pollux" and choice == 2 else HANG_SECONDS)
+        return invoke(args, as_json=as_json, hang_seconds=600.0 if kind == "pollux" and choice == 2 else HANG_SECONDS)
 
 
 # Found failing: the list (truncated .gz, garbled Philly timestamp, bad Pollux

@@ -113,9 +113,10 @@ def test_a_plugin_whose_imports_are_not_installed_is_one_line(monkeypatch, tmp_p
 
 
 def test_a_declared_import_is_import_seconds_not_solve_seconds(tmp_path, monkeypatch):
-    """A plugin policy whose IMPORTS take 0.6 s to load: a cold solve reports them
-    as import_seconds, and solve_seconds is the procedure alone."""
-    (tmp_path / "slow_dependency_xyz.py").write_text("import time\ntime.sleep(0.6)\n")
+    """A plugin policy whose IMPORTS take 2 s to load: a cold solve reports them
+    as import_seconds, and solve_seconds is the procedure alone (a few ms; the 2 s
+    margin holds on a machine however busy)."""
+    (tmp_path / "slow_dependency_xyz.py").write_text("import time\ntime.sleep(2.0)\n")
     (tmp_path / "tests_plugin").mkdir()
     (tmp_path / "tests_plugin" / "__init__.py").write_text("")
     (tmp_path / "tests_plugin" / "slow_policy_xyz.py").write_text(textwrap.dedent("""
@@ -134,8 +135,8 @@ def test_a_declared_import_is_import_seconds_not_solve_seconds(tmp_path, monkeyp
 
     inst = Instance.from_snapshot(parse_snapshot(EXAMPLE.read_text()))
     alloc = policy.solve_instance(inst, "slow_xyz")
-    assert alloc.import_seconds >= 0.6
-    assert alloc.solve_seconds < 0.6
+    assert alloc.import_seconds >= 2.0
+    assert alloc.solve_seconds < 2.0
     assert alloc.solver_seconds == pytest.approx(alloc.solve_seconds - alloc.decode_seconds, abs=1e-9)
     again = policy.solve_instance(inst, "slow_xyz")
-    assert again.import_seconds < 0.6  # loaded once per process
+    assert again.import_seconds < 2.0  # loaded once per process
