@@ -172,6 +172,36 @@ def test_uncongested_certifies_a_fit_the_greedy_misses(seed):
     assert certificate_gap(lp, sol) <= 1e-7
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_uncongested_declines_only_where_capacity_binds(seed):
+    """The uncongested test's priced decline (``_priced_demand`` above price·W) is a
+    lower bound on what any X meeting the demands costs (checked on the independent
+    optimum's X at random prices), and it declines exactly where the independent
+    solve's level is below z_cap; otherwise its answer matches and proves itself.
+    Many jobs near their largest share (0.3-2 GPUs per job), frozen rows, makespan."""
+    rng = np.random.default_rng(900 + seed)
+    n, k = int(rng.integers(60, 400)), int(rng.choice([1, 2, 3, 5]))
+    lp = distinct_lp(rng, n, k, float(rng.choice([0.1, 0.2, 0.3, 0.5, 2.0])),
+                     frozen=float(rng.choice([0.0, 0.3])), makespan=bool(rng.random() < 0.3))
+    ref = independent(lp)
+    d = block_exact.program_data(lp)
+    X = ref.X[d.index]
+    for _ in range(5):
+        price = rng.uniform(0.0, 1.0, k) * rng.choice([0.0, 1.0], k, p=[0.2, 0.8])
+        bound = block_exact._priced_demand(d, d.g * ref.z + d.l, price)
+        assert bound <= (d.S[:, None] * X * price[None, :]).sum() * (1 + 1e-9) + 1e-12
+    best = d.A.max(axis=1)
+    live = d.g > 0
+    zcap = float(np.min((best[live] - d.l[live]) / d.g[live]))
+    sol = block_exact.uncongested(lp, d)
+    if sol is None:
+        assert ref.z < zcap * (1 - 1e-9) or np.any(d.l[~live] > best[~live]), "declined an uncongested program"
+        return
+    assert sol.z == pytest.approx(ref.z, rel=1e-9)
+    check_primal(lp, sol, tol=1e-7)
+    assert certificate_gap(lp, sol) <= 1e-7
+
+
 @pytest.mark.parametrize("n", [1000, 1100])
 def test_a_cold_max_min_solve_loads_no_scipy(n):
     """The exact path of a distinct-row program (level search, crossover), whether
