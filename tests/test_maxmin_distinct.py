@@ -172,6 +172,45 @@ def test_uncongested_certifies_a_fit_the_greedy_misses(seed):
     assert certificate_gap(lp, sol) <= 1e-7
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_priced_root_bounds_the_level_where_time_rows_bind(seed):
+    """``_priced_root`` (the level where the lower bound at fixed prices reaches 1) is at or
+    above the optimal level at any prices, and on it at the optimum's own prices; the level
+    search that uses it matches an independent solve and proves itself, on programs with
+    many jobs at their largest share: random rows at 0.3-0.8 GPUs per job, and Gavel's rows
+    at 0.4-0.7 (time rows bind at the level while capacity does)."""
+    from optsched.bench import distinct_rows
+    from optsched.formulations import max_min_fairness
+
+    rng = np.random.default_rng(1300 + seed)
+    n, k = int(rng.integers(80, 400)), int(rng.choice([2, 3, 4, 5]))
+    if seed % 2:
+        if not distinct_rows.table_path().is_file():
+            pytest.skip("Gavel's throughput table not in OPTSCHED_PEER_DATA")
+        inst = distinct_rows.instance("gavel", n, k, 1300 + seed, float(rng.choice([0.4, 0.5, 0.7])))
+        lp = max_min_fairness.build(inst).lp
+    else:
+        lp = distinct_lp(rng, n, k, float(rng.choice([0.3, 0.5, 0.8])), makespan=bool(rng.random() < 0.3))
+    ref = independent(lp)
+    sol = block_exact.level_search(lp, time.perf_counter() + 60)
+    if not np.any(ref.price > 1e-9):
+        assert sol is None or sol.z == pytest.approx(ref.z, rel=1e-7)
+        return
+    assert sol is not None and sol.backend == "prices+crossover"
+    check_primal(lp, sol, tol=1e-7)
+    assert certificate_gap(lp, sol) <= 1e-7
+    assert sol.z == pytest.approx(ref.z, rel=1e-7, abs=1e-10)
+    d = block_exact.program_data(lp)
+    best = d.A.max(axis=1)
+    zcap = float(np.min((best - d.l) / d.g))
+    for q in [rng.dirichlet(np.ones(k)) for _ in range(4)] + [ref.price * lp.W / (ref.price @ lp.W)]:
+        start = float(rng.uniform(ref.z, zcap))
+        root = block_exact._priced_root(d.A, d, q, start, zcap)
+        assert ref.z * (1 - 1e-9) <= root <= start
+    q = ref.price * lp.W / (ref.price @ lp.W)
+    assert block_exact._priced_root(d.A, d, q, ref.z * 1.001, zcap) == pytest.approx(ref.z, rel=1e-7)
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_uncongested_declines_only_where_capacity_binds(seed):
     """The uncongested test's priced decline (``_priced_demand`` above price·W) is a
