@@ -368,11 +368,22 @@ def crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float
 
 def _crossover(lp, price: np.ndarray, level: float, slack: float, deadline: float, flood: float = FLOOD,
                data: "_Data | None" = None):
-    """``crossover``; also None when more than ``flood`` of the jobs would need rows of their own."""
-    t0 = time.perf_counter()
+    """``crossover``; also None when more than ``flood`` of the jobs would need rows of their own.
+    First with the jobs near a full time row folded into the capacity rows (``_crossover_at``),
+    then, when that does not settle, with each of them a row of the master."""
     d = _Data.of(lp) if data is None else data
     if d is None:
         return None
+    for fold in (True, False):
+        sol = _crossover_at(lp, d, price, level, slack, deadline, flood, fold)
+        if sol is not None:
+            return sol
+    return None
+
+
+def _crossover_at(lp, d: _Data, price: np.ndarray, level: float, slack: float, deadline: float, flood: float,
+                  fold_mixes: bool):
+    t0 = time.perf_counter()
     n, k = d.A.shape
     rows = np.arange(n)
     p = np.maximum(np.asarray(price, dtype=float), 0.0)
@@ -382,31 +393,50 @@ def _crossover(lp, price: np.ndarray, level: float, slack: float, deadline: floa
     a1 = d.A[rows, single]
     cand = (cost <= cost[rows, single][:, None] * (1 + slack)) & (d.A > 0)
     near_full = d.g * level + d.l >= a1 * (1 - slack) - 1e-12
-    cand |= _full_columns(d, near_full, p, level)
-    explicit = (cand.sum(axis=1) > 1) | near_full
-    cand[~explicit] = False
+    full_cols, lo, hi = _full_columns(d, near_full, p, level)
+    cand |= full_cols
+    # A job whose cheapest way alone is two types with its time row full is folded into the
+    # capacity rows like a one-type job (X_lo + X_hi = 1, A_lo X_lo + A_hi X_hi = g z + l:
+    # linear in z); it keeps those two columns as candidates and becomes a row of the master
+    # only when its mix leaves [0, 1] or its duals price another column in.
+    mixed = (lo >= 0) & fold_mixes
+    cand[mixed] = False
+    cand[np.flatnonzero(mixed), lo[mixed]] = True
+    cand[np.flatnonzero(mixed), hi[mixed]] = True
+    explicit = ((cand.sum(axis=1) > 1) | near_full) & ~mixed
+    cand[~explicit & ~mixed] = False
+    fold = (mixed, lo, hi)
     for rounds in range(1, MAX_ROUNDS + 1):
         # The flood counts jobs near a price tie (prices too far off); jobs whose time row binds
         # are rows the optimum needs whatever the prices (Gavel's rows at 0.5 GPUs per job,
         # 5,000 × 5: 5-15 % of the jobs, where the IPM took 0.5 s and this 0.15 s).
         if time.perf_counter() > deadline or (explicit & ~near_full).sum() > max(200, flood * n):
             return None
-        m = _settled_master(d, single, explicit, cand, slack, deadline)
+        m = _settled_master(d, single, explicit, cand, slack, deadline, fold)
         if m is None:
             return None
         lam = np.where(a1 > 0, d.S * m.price[single] / a1, 0.0)
         mu = np.zeros(n)
         lam[explicit], mu[explicit] = m.lam, m.mu
+        f = np.flatnonzero(mixed & ~explicit)
+        flo, fhi = lo[f], hi[f]
+        lam[f] = d.S[f] * (m.price[fhi] - m.price[flo]) / (d.A[f, fhi] - d.A[f, flo])
+        mu[f] = lam[f] * d.A[f, flo] - d.S[f] * m.price[flo]
         gain = lam[:, None] * d.A
-        cost_now = d.S[:, None] * m.price[None, :] + mu[:, None]
+        cost_now = d.S[:, None] * m.price[None, :] + np.maximum(mu, 0.0)[:, None]
         violated = (d.A > 0) & (gain - cost_now > PRICING_TOL * (gain + cost_now + 1e-300)) & ~cand
-        violated[rows[~explicit], single[~explicit]] = False  # priced at zero by construction
+        singles = ~explicit & ~mixed
+        violated[rows[singles], single[singles]] = False  # priced at zero by construction
         new = violated.any(axis=1)
+        # A folded mix whose duals are not feasible (a negative time-row or share multiplier) is
+        # not complementary: it becomes a row of the master.
+        new[f] |= (lam[f] < 0) | (mu[f] < -PRICING_TOL * (lam[f] * d.A[f, flo] + d.S[f] * m.price[flo] + 1e-300))
+        mu = np.maximum(mu, 0.0)
         if not new.any():
             X = np.zeros((n, k))
-            singles = ~explicit
             X[rows[singles], single[singles]] = (d.g[singles] * m.z + d.l[singles]) / a1[singles]
             X[explicit] = m.X
+            X[f, flo], X[f, fhi] = _mix(d, f, flo, fhi, m.z)
             return d.solution(lp, m.z, X, lam, m.price, "ipm+crossover", t0, rounds)
         cand[rows[new & ~explicit], single[new & ~explicit]] = True
         cand |= violated
@@ -414,39 +444,63 @@ def _crossover(lp, price: np.ndarray, level: float, slack: float, deadline: floa
     return None
 
 
-def _full_columns(d: _Data, full: np.ndarray, p: np.ndarray, level: float) -> np.ndarray:
+def _mix(d: _Data, f: np.ndarray, lo: np.ndarray, hi: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
+    """(X_lo, X_hi) of folded jobs at level z: the time row full, the share row tight."""
+    x_hi = (d.g[f] * z + d.l[f] - d.A[f, lo]) / (d.A[f, hi] - d.A[f, lo])
+    return 1.0 - x_hi, x_hi
+
+
+def _full_columns(d: _Data, full: np.ndarray, p: np.ndarray, level: float):
     """Candidate columns of jobs near a full time row: the types of each one's cheapest way to
     meet its demand at the level alone (``cheapest``: one type, or two with the time row full),
     every usable type for a job no type serves within its time there. Column generation adds
     any other column that prices in; all k of them for 250 such jobs made a master of 1,300
     columns (25 ms of HiGHS at Gavel's rows with 0.5 GPUs per job, 5,000 × 5)."""
     out = np.zeros(d.A.shape, dtype=bool)
+    lo, hi = np.full(len(d.A), -1), np.full(len(d.A), -1)
     m = np.flatnonzero(full)
     demand = d.g[m] * level + d.l[m]
     ok = demand > 0
     a = d.A[m[ok]] / demand[ok][:, None]
     served = a.max(axis=1) >= 1.0
     X, _ = cheapest(a[served], d.S[m[ok][served]], p)
-    out[m[ok][served]] = X > 0
-    rest = np.setdiff1d(m, m[ok][served])
+    on = m[ok][served]
+    out[on] = X > 0
+    two = (X > 0).sum(axis=1) == 2
+    if two.any():  # (the slower of the two types first)
+        js = np.argsort(np.where(X[two] > 0, d.A[on[two]], np.inf), axis=1)[:, :2]
+        lo[on[two]], hi[on[two]] = js[:, 0], js[:, 1]
+    rest = np.setdiff1d(m, on)
     out[rest] = d.A[rest] > 0
-    return out
+    return out, lo, hi
 
 
-def _settled_master(d: _Data, single, explicit, cand, slack: float, deadline: float = float("inf")) -> _Master | None:
+def _settled_master(d: _Data, single, explicit, cand, slack: float, deadline: float = float("inf"),
+                    fold=None) -> _Master | None:
     """The master, after giving rows to single-type jobs whose time rows bind
-    (their X = (g z + l) / a would pass 1)."""
+    (their X = (g z + l) / a would pass 1) and to folded two-type jobs whose mix
+    leaves [0, 1] at the master's level."""
     rows = np.arange(len(d.A))
     a1 = d.A[rows, single]
+    n = len(d.A)
+    mixed, lo, hi = fold if fold is not None else (np.zeros(n, dtype=bool), np.full(n, -1), np.full(n, -1))
     for _ in range(MAX_ROUNDS):
-        full = ~explicit & (d.g == 0) & (d.l > a1)  # a frozen row no single type can carry
+        full = ~explicit & ~mixed & (d.g == 0) & (d.l > a1)  # a frozen row no single type can carry
         if not full.any():
-            m = _master(d, single, explicit, cand, deadline)
+            f = np.flatnonzero(mixed & ~explicit)
+            m = _master(d, single, explicit, cand, deadline, (f, lo[f], hi[f]))
+            if m is None and len(f):
+                # The folded pairs (each job's cheapest at the search's prices) cannot all hold
+                # together: every folded job becomes a row of the master, as without folding.
+                explicit[f] = True
+                continue
             if m is None:
                 return None
-            live = ~explicit & (d.g > 0)
+            live = ~explicit & ~mixed & (d.g > 0)
             zcap = np.where(live, (a1 - d.l) / np.where(live, d.g, 1.0), np.inf)
             full = zcap <= m.z * (1 + max(slack, 1e-6)) + 1e-12
+            x_lo, x_hi = _mix(d, f, lo[f], hi[f], m.z)
+            full[f[(x_lo < -1e-12) | (x_hi < -1e-12)]] = True
             if not full.any():
                 return m
         explicit |= full
@@ -459,17 +513,27 @@ MASTER_NO_PRESOLVE = 100  # explicit jobs up to which a master skips HiGHS's pre
 
 
 def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray,
-            deadline: float = float("inf")) -> _Master | None:
-    """max z over the explicit jobs' columns; single-type jobs folded into the
-    capacity rows as G_j z + L_j. HiGHS's primal simplex (a vertex and its duals)."""
+            deadline: float = float("inf"), fold=None) -> _Master | None:
+    """max z over the explicit jobs' columns; single-type jobs (and ``fold``'s two-type
+    jobs, their time row full) folded into the capacity rows as G_j z + L_j.
+    HiGHS's primal simplex (a vertex and its duals)."""
     from optsched.solvers.lp import CscArrays, solve_lp
 
     k = d.A.shape[1]
-    singles = np.flatnonzero(~explicit)
+    f, flo, fhi = fold if fold is not None else (np.zeros(0, dtype=int),) * 3
+    out = ~explicit
+    out[f] = False
+    singles = np.flatnonzero(out)
     js = single[singles]
     a1 = d.A[singles, js]
     G = np.bincount(js, weights=d.S[singles] * d.g[singles] / a1, minlength=k)
     L = np.bincount(js, weights=d.S[singles] * d.l[singles] / a1, minlength=k)
+    if len(f):  # X_hi = (g z + l − A_lo) / Δ, X_lo = 1 − X_hi
+        gap = d.A[f, fhi] - d.A[f, flo]
+        G += np.bincount(fhi, weights=d.S[f] * d.g[f] / gap, minlength=k)
+        G -= np.bincount(flo, weights=d.S[f] * d.g[f] / gap, minlength=k)
+        L += np.bincount(fhi, weights=d.S[f] * (d.l[f] - d.A[f, flo]) / gap, minlength=k)
+        L += np.bincount(flo, weights=d.S[f] * (d.A[f, fhi] - d.l[f]) / gap, minlength=k)
     ex = np.flatnonzero(explicit)
     e = len(ex)
     em, ej = np.nonzero(cand[ex])  # em indexes ex

@@ -211,6 +211,48 @@ def test_priced_root_bounds_the_level_where_time_rows_bind(seed):
     assert block_exact._priced_root(d.A, d, q, ref.z * 1.001, zcap) == pytest.approx(ref.z, rel=1e-7)
 
 
+def test_folded_mixes_settle_and_prove_themselves():
+    """The crossover with jobs near a full time row folded into the capacity rows (two
+    types, time row full: linear in z) from the level search's prices: on Gavel's rows at
+    0.4-0.7 GPUs per job and random rows at 0.3-0.8, where many jobs sit at their largest
+    share, each answer it gives matches an independent solve and its own certificate, and
+    it settles (without unfolding) on most of them, with folded jobs in each."""
+    from optsched.bench import distinct_rows
+    from optsched.formulations import max_min_fairness
+
+    gavel = distinct_rows.table_path().is_file()
+    settled = tried = 0
+    for seed in range(20):
+        rng = np.random.default_rng(1700 + seed)
+        n, k = int(rng.integers(100, 400)), int(rng.choice([2, 3, 4, 5]))
+        if gavel and seed % 4:
+            inst = distinct_rows.instance("gavel", n, k, 1700 + seed, float(rng.choice([0.4, 0.5, 0.7])))
+            lp = max_min_fairness.build(inst).lp
+        else:
+            lp = distinct_lp(rng, n, k, float(rng.choice([0.3, 0.5, 0.8])))
+        d = block_exact.program_data(lp)
+        best = d.A.max(axis=1)
+        found = block_exact._level(d.A, d, float(np.min((best - d.l) / d.g)))
+        ref = independent(lp)
+        if found is None or not np.any(ref.price > 1e-9):
+            continue
+        z, price = found
+        cost = np.where(d.A > 0, d.S[:, None] * price[None, :] / np.where(d.A > 0, d.A, 1.0), np.inf)
+        a1 = d.A[np.arange(len(d.A)), np.argmin(cost, axis=1)]
+        _, lo, _ = block_exact._full_columns(d, d.g * z + d.l >= a1 * (1 - 1e-6) - 1e-12, price, z)
+        if not np.any(lo >= 0):
+            continue
+        tried += 1
+        sol = block_exact._crossover_at(lp, d, price, z, 1e-6, time.perf_counter() + 60, block_exact.LEVEL_FLOOD, True)
+        if sol is None:
+            continue
+        settled += 1
+        check_primal(lp, sol, tol=1e-7)
+        assert certificate_gap(lp, sol) <= 1e-7
+        assert sol.z == pytest.approx(ref.z, rel=1e-7, abs=1e-10)
+    assert tried >= 8 and settled >= tried // 2, (tried, settled)
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_uncongested_declines_only_where_capacity_binds(seed):
     """The uncongested test's priced decline (``_priced_demand`` above price·W) is a
