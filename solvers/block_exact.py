@@ -526,8 +526,9 @@ def _master(d: _Data, single: np.ndarray, explicit: np.ndarray, cand: np.ndarray
     singles = np.flatnonzero(out)
     js = single[singles]
     a1 = d.A[singles, js]
-    G = np.bincount(js, weights=d.S[singles] * d.g[singles] / a1, minlength=k)
-    L = np.bincount(js, weights=d.S[singles] * d.l[singles] / a1, minlength=k)
+    # (float: np.bincount of no jobs is int64 even with weights, and the fold adds floats to it)
+    G = np.bincount(js, weights=d.S[singles] * d.g[singles] / a1, minlength=k).astype(float)
+    L = np.bincount(js, weights=d.S[singles] * d.l[singles] / a1, minlength=k).astype(float)
     if len(f):  # X_hi = (g z + l − A_lo) / Δ, X_lo = 1 − X_hi
         gap = d.A[f, fhi] - d.A[f, flo]
         G += np.bincount(fhi, weights=d.S[f] * d.g[f] / gap, minlength=k)
