@@ -94,7 +94,7 @@ def many_type_apps(types: tuple[str, ...], server: dict) -> list:
 
 
 def many_type_stream_class():
-    from optsched.bench.profile_instances import MAX_AGE, Stream
+    from optsched.bench.profile_instances import Stream
 
     class ManyTypeStream(Stream):
         """Sia-profile rounds on ``n_types`` GPU types (3 … 10), shares as in Sia's cluster."""
@@ -110,12 +110,7 @@ def many_type_stream_class():
                                      float)
             self.kind, self.churn = "sia", churn
             self.apps = many_type_apps(self.types, dict(zip(self.types, self.server.tolist())))
-            self.rng = np.random.default_rng(seed)
-            self.next_id = 0
-            self.time = 0.0
-            self.jobs = [self._new_job(self.rng.uniform(0, MAX_AGE)) for _ in range(n_jobs)]
-            self._place_some()
-            self.instance = self._instance()
+            self._populate(seed, n_jobs)
 
     return ManyTypeStream
 

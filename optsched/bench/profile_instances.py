@@ -90,6 +90,10 @@ class Stream:
             self.types, self.capacity, self.server = ("t4",), np.array([4.0 * nodes]), np.array([4])
         self.kind, self.churn = kind, churn
         self.apps = _apps(kind, self.types, self.capacity)
+        self._populate(seed, n_jobs)
+
+    def _populate(self, seed: int, n_jobs: int) -> None:
+        """The first round's jobs (ages up to MAX_AGE, some placed), once the cluster and apps are set."""
         self.rng = np.random.default_rng(seed)
         self.next_id = 0
         self.time = 0.0
