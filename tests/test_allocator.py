@@ -230,6 +230,16 @@ def test_solver_noise_in_x_does_not_change_the_rounds(seed, queue, cost):
         assert a.assignments == b.assignments
 
 
+def test_tie_classes_merge_noise_only():
+    """Within 1e-7 (relative; absolute below 1) is one value; anything farther, and an infinity
+    beside a finite value, is a step; the classes keep the values' order."""
+    from optsched.allocator.walk import tie_classes
+
+    v = np.array([0.33333333309, 0.33333333427, 0.5, 1e9, 1e9 * (1 + 5e-8), np.inf, np.inf, -np.inf, 0.3334])
+    assert tie_classes(v).tolist() == [1, 1, 3, 4, 4, 5, 5, 0, 2]
+    assert tie_classes(np.array([])).tolist() == [] and tie_classes(np.array([2.0])).tolist() == [0]
+
+
 def test_integrality_gap_is_shared_in_proportion_to_x():
     """An 8-GPU job at X = 0.5 and a 1-GPU job at X = 1 on 8 GPUs: the LP
     capacity (4 + 1 ≤ 8) holds but they never fit together, so X is not

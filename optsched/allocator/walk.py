@@ -270,7 +270,10 @@ def tie_classes(v: np.ndarray, rtol: float = TIE_RTOL) -> np.ndarray:
     order = np.argsort(v, kind="stable")
     s = v[order]
     with np.errstate(invalid="ignore"):
-        step = np.diff(s) > rtol * np.maximum(1.0, np.maximum(np.abs(s[1:]), np.abs(s[:-1])))
+        d = np.diff(s)
+        close = np.isfinite(d) & (d <= rtol * np.maximum(1.0, np.maximum(np.abs(s[1:]), np.abs(s[:-1]))))
+    # (a finite value next to inf is a step: its bound is inf too; equal infinities are one value)
+    step = (s[1:] != s[:-1]) & ~close
     out = np.empty(len(v), dtype=np.int64)
     out[order] = np.concatenate([[0], np.cumsum(step)])
     return out
